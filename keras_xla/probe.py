@@ -1,0 +1,249 @@
+"""An in-graph shape probe for jit-compiled train and test steps.
+
+The probe runs inside the compiled step, so it sees the concrete shapes XLA
+compiles for, without a host callback (`tf.py_function` would break XLA).
+At trace time it notes each input's path, static shape and dtype; for the
+dimensions unknown at trace time it writes `tf.shape` values into a small
+ring buffer variable, one row per step: `[step, trace, dims...]`. After each
+call of the train function the host reads that one variable (about 15 us)
+and rebuilds the exact signature of every step that ran, also with
+`steps_per_execution > 1`, where several steps run in one call.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from keras_xla.signatures import Signature, SignatureTracker, TensorSignature
+
+logger = logging.getLogger(__name__)
+
+ROW_WIDTH = 32  # step, trace, and up to 30 dynamic dimensions per step
+_TOP_LEVEL_NAMES = ("x", "y", "sample_weight")
+
+
+def flatten_with_paths(data: Any) -> list[tuple[str, Any]]:
+    """Flattens a batch into `(path, tensor)` pairs with readable paths.
+
+    A Keras batch `(x, y, sample_weight)` gives `x`, `y`, `sample_weight`;
+    nested structures add `/key` or `/index` (`x/tokens`, `x/0`).
+    """
+    if isinstance(data, tuple) and 1 <= len(data) <= 3:
+        top = list(zip(_TOP_LEVEL_NAMES, data))
+    else:
+        top = [("x", data)]
+    out: list[tuple[str, Any]] = []
+    for name, value in top:
+        _walk(name, value, out)
+    return out
+
+
+def _walk(path: str, value: Any, out: list) -> None:
+    if value is None:
+        return
+    if isinstance(value, dict):
+        for key in sorted(value, key=str):
+            _walk(f"{path}/{key}", value[key], out)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _walk(f"{path}/{i}", item, out)
+    elif hasattr(value, "shape") and hasattr(value, "dtype"):
+        out.append((path, value))
+
+
+class _Trace:
+    """What one trace of the step looked like: paths, static shapes, dtypes."""
+
+    def __init__(self, entries: list[tuple[str, tuple, str]]) -> None:
+        self.entries = entries
+        self.dynamic = [
+            (i, d)
+            for i, (_, shape, _) in enumerate(entries)
+            for d, size in enumerate(shape)
+            if size is None
+        ]
+
+    def signature(self, trace_id: int, dims: np.ndarray) -> Signature:
+        shapes = [list(shape) for _, shape, _ in self.entries]
+        for (i, d), size in zip(self.dynamic, dims):
+            shapes[i][d] = int(size)
+        return Signature(
+            trace_id,
+            tuple(
+                TensorSignature(path, tuple(shape), dtype)
+                for (path, _, dtype), shape in zip(self.entries, shapes)
+            ),
+        )
+
+
+class ShapeProbe:
+    """Records the concrete input signature of every step of one function.
+
+    Args:
+        function: `"train"` or `"test"`.
+        slots: Ring buffer rows; must be at least the number of steps one
+            call of the function runs (`steps_per_execution`).
+    """
+
+    def __init__(self, function: str, slots: int = 1) -> None:
+        if slots < 1:
+            raise ValueError(f"slots must be >= 1, got {slots}.")
+        self.function = function
+        self.slots = int(slots)
+        with tf.init_scope():
+            self._rows = tf.Variable(
+                tf.fill([self.slots, ROW_WIDTH], tf.constant(-1, tf.int64)),
+                trainable=False,
+                name=f"keras_xla_{function}_probe_rows",
+            )
+            self._counter = tf.Variable(
+                tf.constant(0, tf.int64),
+                trainable=False,
+                name=f"keras_xla_{function}_probe_counter",
+            )
+        self._traces: list[_Trace] = []
+        self._signatures: dict[bytes, Signature] = {}
+        self._last_step = 0
+        self._lock = threading.Lock()
+        self._trace_seconds = 0.0
+        self.truncated = False
+
+    @property
+    def steps_recorded(self) -> int:
+        return self._last_step
+
+    def record(self, data: Any) -> None:
+        """Adds the recording ops to the step being traced."""
+        pairs = flatten_with_paths(data)
+        entries = [
+            (path, tuple(t.shape.as_list()), t.dtype.name) for path, t in pairs
+        ]
+        trace = _Trace(entries)
+        trace_id = len(self._traces)
+        self._traces.append(trace)
+        dims = []
+        for i, d in trace.dynamic:
+            dims.append(tf.shape(pairs[i][1], out_type=tf.int64)[d])
+        if len(dims) > ROW_WIDTH - 2:
+            self.truncated = True
+            dims = dims[: ROW_WIDTH - 2]
+        step = self._counter.assign_add(1)
+        pad = [tf.constant(0, tf.int64)] * (ROW_WIDTH - 2 - len(dims))
+        row = tf.stack([step, tf.constant(trace_id, tf.int64)] + dims + pad)
+        slot = tf.math.floormod(step, self.slots)
+        self._rows.scatter_nd_update(
+            tf.reshape(slot, [1, 1]), tf.reshape(row, [1, ROW_WIDTH])
+        )
+
+    def add_trace_seconds(self, seconds: float) -> None:
+        with self._lock:
+            self._trace_seconds += seconds
+
+    def pop_trace_seconds(self) -> float:
+        with self._lock:
+            seconds, self._trace_seconds = self._trace_seconds, 0.0
+        return seconds
+
+    def read_new(self) -> list[Signature]:
+        """Signatures of the steps that ran since the last read, in order."""
+        rows = self._rows.value().numpy()
+        fresh = rows[rows[:, 0] > self._last_step]
+        if not len(fresh):
+            return []
+        fresh = fresh[np.argsort(fresh[:, 0])]
+        self._last_step = int(fresh[-1, 0])
+        out = []
+        for row in fresh:
+            key = row[1:].tobytes()
+            sig = self._signatures.get(key)
+            if sig is None:
+                trace_id = int(row[1])
+                sig = self._traces[trace_id].signature(trace_id, row[2:])
+                self._signatures[key] = sig
+            out.append(sig)
+        return out
+
+
+def install_probe(model: Any, function: str, holder: dict) -> None:
+    """Wraps `model.<function>_step` so that it calls the probe.
+
+    The wrapper looks the probe up in `holder[function]` when the step is
+    traced, so a rebuilt function records into a fresh probe. Installing
+    twice keeps one wrapper. A failure inside the probe is logged and the
+    step runs unprobed: diagnostics never stop training.
+    """
+    attr = f"{function}_step"
+    current = getattr(model, attr)
+    if getattr(current, "_keras_xla_probe", False):
+        return
+    original = current
+
+    def probed_step(data):
+        probe = holder.get(function)
+        start = time.perf_counter()
+        if probe is not None:
+            try:
+                probe.record(data)
+            except Exception:  # noqa: BLE001 - never break the user's step
+                logger.exception("keras_xla: shape probe failed; unprobed.")
+                holder[function] = None
+        outputs = original(data)
+        if probe is not None:
+            probe.add_trace_seconds(time.perf_counter() - start)
+        return outputs
+
+    probed_step._keras_xla_probe = True
+    probed_step.__wrapped__ = original
+    # Bypass Keras's attribute tracking: this is a plain function.
+    object.__setattr__(model, attr, probed_step)
+
+
+class ModelProbes:
+    """One model's probes, compiled signatures and probed step functions.
+
+    Kept on the model across `fit` calls, so a shape compiled in an earlier
+    `fit` is not counted again, and a step function is rebuilt only when
+    its configuration (XLA on/off, steps per execution) really changes or
+    Keras rebuilt it (after `compile()`).
+    """
+
+    ATTR = "_keras_xla_probes"
+
+    def __init__(self) -> None:
+        self.holder: dict[str, ShapeProbe | None] = {}
+        self.tracker = SignatureTracker()
+        self._built: dict[str, tuple[Any, tuple]] = {}
+
+    @classmethod
+    def of(cls, model: Any) -> ModelProbes:
+        probes = model.__dict__.get(cls.ATTR)
+        if probes is None:
+            probes = cls()
+            object.__setattr__(model, cls.ATTR, probes)
+        return probes
+
+    def prepare(self, model: Any, function: str, config: tuple) -> bool:
+        """Makes `model.<function>_function` a probed function built with
+        `config`; returns True if it had to be (re)built."""
+        attr = f"{function}_function"
+        current = getattr(model, attr, None)
+        built = self._built.get(function)
+        if current is not None and built == (current, config):
+            return False
+        install_probe(model, function, self.holder)
+        self.holder[function] = ShapeProbe(
+            function, slots=int(model.steps_per_execution or 1)
+        )
+        getattr(model, f"make_{function}_function")(force=True)
+        self._built[function] = (getattr(model, attr), config)
+        self.tracker.reset(function)
+        return True
+
+    def probe(self, function: str) -> ShapeProbe | None:
+        return self.holder.get(function)

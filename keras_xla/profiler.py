@@ -1,0 +1,108 @@
+"""Reading XLA compilations from TensorFlow profiler traces.
+
+The TF profiler records every XLA compilation as host events in the
+`.xplane.pb` files it writes under `<log_dir>/plugins/profile/<run>/`. Each
+compilation has exactly one backend event whose name ends in
+`Compiler::RunBackend` (`CpuCompiler::RunBackend`, `GpuCompiler::...`),
+preceded by the HLO pass pipeline events. This is the ground truth the
+tuner's counts and estimates are checked against.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+
+BACKEND_SUFFIX = "Compiler::RunBackend"
+_EXECUTOR_EVENT = "ExecutorState::Process"
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileEvent:
+    """One XLA compilation seen by the profiler (times in seconds).
+
+    Attributes:
+        start: Start of the XLA launch that compiled: the executor event
+            enclosing the compilation on its thread. Lowering TF to HLO
+            happens between this and the first HLO pass and has no event of
+            its own.
+        passes_start: Start of the first HLO pass of this compilation.
+        end: End of the backend (code generation) event.
+    """
+
+    start: float
+    passes_start: float
+    end: float
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+    @property
+    def named_seconds(self) -> float:
+        """Span of the named compile events only (HLO passes + backend)."""
+        return self.end - self.passes_start
+
+
+def xplane_files(log_dir: str) -> list[str]:
+    """The `.xplane.pb` files under a profiler log dir, oldest first."""
+    pattern = os.path.join(log_dir, "**", "*.xplane.pb")
+    return sorted(glob.glob(pattern, recursive=True), key=os.path.getmtime)
+
+
+def read_compile_events(path: str) -> list[CompileEvent]:
+    """XLA compilations in one `.xplane.pb` file (or every file under a log
+    dir), in time order."""
+    if os.path.isdir(path):
+        events = []
+        for f in xplane_files(path):
+            events.extend(read_compile_events(f))
+        return sorted(events, key=lambda e: e.start)
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    space = xplane_pb2.XSpace()
+    with open(path, "rb") as f:
+        space.ParseFromString(f.read())
+    out = []
+    for plane in space.planes:
+        names = {k: m.name for k, m in plane.event_metadata.items()}
+        for line in plane.lines:
+            out.extend(_line_compiles(line, names))
+    return sorted(out, key=lambda e: e.start)
+
+
+def _line_compiles(line, names) -> list[CompileEvent]:
+    events = sorted(
+        (
+            (line.timestamp_ns * 1e-9 + ev.offset_ps * 1e-12,
+             ev.duration_ps * 1e-12,
+             names.get(ev.metadata_id, ""))
+            for ev in line.events
+        ),
+    )
+    backends = [e for e in events if e[2].endswith(BACKEND_SUFFIX)]
+    out = []
+    previous_end = float("-inf")
+    for b_start, b_dur, _ in backends:
+        b_end = b_start + b_dur
+        # The pass pipeline opens each compilation ("HLO passes through
+        # layout assignment" on CPU and GPU alike).
+        passes = [
+            s for s, d, n in events
+            if previous_end <= s <= b_start and n.startswith("HLO passes")
+        ]
+        passes_start = min(passes) if passes else b_start
+        enclosing = [
+            s for s, d, n in events
+            if n == _EXECUTOR_EVENT and s <= passes_start and s + d >= b_end
+        ]
+        start = max(enclosing) if enclosing else passes_start
+        out.append(CompileEvent(start, passes_start, b_end))
+        previous_end = b_end
+    return out
+
+
+def count_compilations(log_dir: str) -> int:
+    """Number of XLA compilations recorded under a profiler log dir."""
+    return len(read_compile_events(log_dir))

@@ -1,0 +1,279 @@
+"""Shape signatures: record them, detect new ones, explain the drift.
+
+XLA compiles a jit-compiled step once per concrete input signature: the
+concrete shape and dtype of every input tensor, per traced function. A
+`Signature` is exactly that key. `SignatureTracker` remembers the signatures
+each function has compiled; a signature it has not seen is one XLA
+compilation. `explain()` diffs a new signature against the closest one
+compiled before (as JAX's cache-miss explanation does) and names the input,
+the dimension, the shapes, the cause and the fix.
+
+Pure logic: nothing here imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+# Causes of a recompilation, as recorded in the report.
+PARTIAL_BATCH = "partial_batch"
+BATCH_SIZE = "batch_size"
+DYNAMIC_DIM = "dynamic_dim"
+DTYPE = "dtype"
+RANK = "rank"
+NEW_INPUT = "new_input"
+REMOVED_INPUT = "removed_input"
+RETRACE = "retrace"
+
+# Stable finding code for each cause.
+FINDING_CODES = {
+    PARTIAL_BATCH: "partial-last-batch",
+    BATCH_SIZE: "batch-size-change",
+    DYNAMIC_DIM: "dynamic-dimension",
+    DTYPE: "dtype-change",
+    RANK: "rank-change",
+    NEW_INPUT: "new-input",
+    REMOVED_INPUT: "removed-input",
+    RETRACE: "retrace",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSignature:
+    """Concrete shape and dtype of one input tensor at a readable path."""
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Signature:
+    """The key XLA compiles on: the traced function and its input shapes.
+
+    Attributes:
+        trace: Index of the `tf.function` trace (concrete function) that ran
+            the step. A new trace is a new XLA cluster even for old shapes.
+        tensors: Every input tensor, in flattening order.
+    """
+
+    trace: int
+    tensors: tuple[TensorSignature, ...]
+
+    def batch_size(self) -> int | None:
+        """Dim 0 of the first non-scalar input under `x` (else any input)."""
+        ranked = [t for t in self.tensors if t.shape]
+        for t in ranked:
+            if t.path == "x" or t.path.startswith("x/"):
+                return t.shape[0]
+        return ranked[0].shape[0] if ranked else None
+
+    def by_path(self) -> dict[str, TensorSignature]:
+        return {t.path: t for t in self.tensors}
+
+
+@dataclasses.dataclass(frozen=True)
+class ShapeChange:
+    """One difference between two signatures."""
+
+    input: str | None
+    dim: int | None
+    before: list | None
+    after: list | None
+    cause: str
+
+
+def diff_signatures(old: Signature, new: Signature) -> list[ShapeChange]:
+    """Lists every difference from `old` to `new`, with a provisional cause.
+
+    Batch-dimension changes get `BATCH_SIZE`; `classify()` decides whether
+    they are a partial last batch, which needs to know the step.
+    """
+    changes = []
+    old_map, new_map = old.by_path(), new.by_path()
+    for path, t in new_map.items():
+        prev = old_map.get(path)
+        if prev is None:
+            changes.append(
+                ShapeChange(path, None, None, list(t.shape), NEW_INPUT)
+            )
+        elif prev.dtype != t.dtype:
+            changes.append(
+                ShapeChange(
+                    path, None, list(prev.shape), list(t.shape), DTYPE
+                )
+            )
+        elif len(prev.shape) != len(t.shape):
+            changes.append(
+                ShapeChange(path, None, list(prev.shape), list(t.shape), RANK)
+            )
+        else:
+            for dim, (a, b) in enumerate(zip(prev.shape, t.shape)):
+                if a != b:
+                    cause = BATCH_SIZE if dim == 0 else DYNAMIC_DIM
+                    changes.append(
+                        ShapeChange(
+                            path, dim, list(prev.shape), list(t.shape), cause
+                        )
+                    )
+    for path, t in old_map.items():
+        if path not in new_map:
+            changes.append(
+                ShapeChange(path, None, list(t.shape), None, REMOVED_INPUT)
+            )
+    return changes
+
+
+def closest_previous(
+    previous: list[Signature], new: Signature
+) -> Signature | None:
+    """The previously compiled signature with the fewest differences.
+
+    Ties go to the most recent one, so the explanation reads as "what changed
+    since last time".
+    """
+    best, best_key = None, None
+    for age, sig in enumerate(reversed(previous)):
+        key = (len(diff_signatures(sig, new)), sig.trace != new.trace, age)
+        if best_key is None or key < best_key:
+            best, best_key = sig, key
+    return best
+
+
+def classify(
+    changes: list[ShapeChange], last_step: bool
+) -> list[ShapeChange]:
+    """Turns batch-size changes into `PARTIAL_BATCH` where that is what
+    they are: only the batch dimension changed, it shrank, and the step was
+    the last of its epoch (or of its validation run)."""
+    batch_only = bool(changes) and all(c.cause == BATCH_SIZE for c in changes)
+    shrank = all(c.after[0] < c.before[0] for c in changes if c.after)
+    if batch_only and shrank and last_step:
+        return [dataclasses.replace(c, cause=PARTIAL_BATCH) for c in changes]
+    return changes
+
+
+def explain(
+    previous: list[Signature], new: Signature, last_step: bool
+) -> tuple[ShapeChange, list[ShapeChange]]:
+    """Explains why `new` compiled: the primary change and all changes.
+
+    Args:
+        previous: Signatures the same function compiled before, oldest
+            first. Must not be empty (a first compilation needs no
+            explanation).
+        new: The signature that compiled now.
+        last_step: Whether the step was the last of its epoch or run.
+
+    Returns:
+        The change to report (the first input that changed) and the full
+        list of changes.
+    """
+    if not previous:
+        raise ValueError("explain() needs at least one previous signature.")
+    old = closest_previous(previous, new)
+    changes = classify(diff_signatures(old, new), last_step)
+    if not changes:
+        # Same shapes, new concrete function: tf.function traced again.
+        change = ShapeChange(None, None, None, None, RETRACE)
+        return change, [change]
+    return changes[0], changes
+
+
+def fix_for(change: ShapeChange) -> str:
+    """The fix, in words, for one cause."""
+    where = f"`{change.input}`" if change.input else "the inputs"
+    if change.cause == PARTIAL_BATCH:
+        return (
+            "Batch with `drop_remainder=True` (tf.data "
+            "`dataset.batch(n, drop_remainder=True)`), or pad the last batch "
+            "to the full size with zero sample weights "
+            "(`keras_xla.data.pad_batches(dataset, batch_size)`)."
+        )
+    if change.cause == BATCH_SIZE:
+        return (
+            "Keep the batch size constant for the whole run; pad short "
+            "batches (`keras_xla.data.pad_batches`) instead of feeding them."
+        )
+    if change.cause == DYNAMIC_DIM:
+        return (
+            f"Pad {where} dim {change.dim} to a fixed length "
+            "(`padded_batch(..., padded_shapes=...)` with constant sizes) or "
+            "bucket lengths into a few sizes "
+            "(`keras_xla.data.bucket_by_length`), so XLA compiles once per "
+            "bucket, not once per length."
+        )
+    if change.cause == DTYPE:
+        return f"Cast {where} to one dtype in the input pipeline."
+    if change.cause == RANK:
+        return f"Give {where} the same rank on every step."
+    if change.cause in (NEW_INPUT, REMOVED_INPUT):
+        return (
+            "Feed the same structure on every step (for example always "
+            "pass sample weights, or never)."
+        )
+    return (
+        "Avoid retracing the step: keep Python arguments and the input "
+        "structure constant, and do not rebuild the train function."
+    )
+
+
+def describe(change: ShapeChange, function: str) -> str:
+    """One sentence naming the function, input, dimension and shapes."""
+    if change.cause == RETRACE:
+        return (
+            f"{function}: the step was traced again (a new tf.function "
+            "concrete function), so XLA compiled it again for known shapes."
+        )
+    if change.cause == NEW_INPUT:
+        return f"{function}: new input `{change.input}` {change.after}."
+    if change.cause == REMOVED_INPUT:
+        return f"{function}: input `{change.input}` disappeared."
+    what = {
+        PARTIAL_BATCH: "a partial last batch",
+        BATCH_SIZE: "the batch size changed",
+        DYNAMIC_DIM: "a non-batch dimension changed",
+        DTYPE: "the dtype changed",
+        RANK: "the rank changed",
+    }[change.cause]
+    dim = f" dim {change.dim}" if change.dim is not None else ""
+    return (
+        f"{function}: input `{change.input}`{dim} changed "
+        f"{change.before} -> {change.after} ({what})."
+    )
+
+
+class SignatureTracker:
+    """Remembers which signatures each function has compiled.
+
+    Example:
+
+    >>> tracker = SignatureTracker()
+    >>> sig = Signature(0, (TensorSignature("x", (8, 4), "float32"),))
+    >>> tracker.observe("train", sig)
+    True
+    >>> tracker.observe("train", sig)
+    False
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[str, list[Signature]] = {}
+        self._known: dict[str, set[Signature]] = {}
+
+    def observe(self, function: str, signature: Signature) -> bool:
+        """Records `signature`; returns True if it is new (a compilation)."""
+        known = self._known.setdefault(function, set())
+        if signature in known:
+            return False
+        known.add(signature)
+        self._seen.setdefault(function, []).append(signature)
+        return True
+
+    def compiled(self, function: str) -> list[Signature]:
+        """The function's compiled signatures, oldest first."""
+        return list(self._seen.get(function, []))
+
+    def reset(self, function: str) -> None:
+        """Forgets a function (it was rebuilt, so XLA starts afresh)."""
+        self._seen.pop(function, None)
+        self._known.pop(function, None)

@@ -1,0 +1,132 @@
+"""Step timing, robust statistics and the compile-time estimate.
+
+A step that runs on a new signature pays XLA's compile time on top of its
+run time. With no Python reader for TensorFlow's compile counters, the
+compile time is estimated as the step's excess over the steady-state median
+of the same function in the same epoch, less the time spent tracing the step
+in Python (measured by the probe while the step was being traced).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+
+@dataclasses.dataclass
+class StepRecord:
+    """One call of a train/test function (one or more steps).
+
+    Attributes:
+        function: `"train"` or `"test"`.
+        first_step: Index of the first step in the epoch (or run).
+        seconds: Wall time of the call.
+        signatures: One signature per step that ran, in order (empty if the
+            probe could not read them).
+        new: Indices into `signatures` of the ones compiled in this call.
+        trace_seconds: Python tracing time measured during this call.
+        fallback_steps: Steps assumed when no signature could be read.
+        started_at: Unix time at which the call started.
+    """
+
+    function: str
+    first_step: int
+    seconds: float
+    signatures: list = dataclasses.field(default_factory=list)
+    new: list = dataclasses.field(default_factory=list)
+    trace_seconds: float = 0.0
+    fallback_steps: int = 1
+    started_at: float = 0.0
+
+    @property
+    def steps(self) -> int:
+        return len(self.signatures) or self.fallback_steps
+
+    @property
+    def compiled(self) -> bool:
+        return bool(self.new)
+
+    @property
+    def seconds_per_step(self) -> float:
+        return self.seconds / max(self.steps, 1)
+
+    def examples(self) -> int:
+        return sum(s.batch_size() or 0 for s in self.signatures)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile, `q` in [0, 100]."""
+    if not values:
+        raise ValueError("percentile() of an empty sequence.")
+    if not 0 <= q <= 100:
+        raise ValueError(f"q must be in [0, 100], got {q}.")
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+@dataclasses.dataclass
+class RunStatistics:
+    """Robust statistics of one function's steps in one epoch or run."""
+
+    steps: int
+    median_seconds: float | None
+    p90_seconds: float | None
+    steady_steps: int
+    examples_per_second: float | None
+    examples_per_second_overall: float | None
+
+
+def run_statistics(
+    records: Sequence[StepRecord], fallback_median: float | None = None
+) -> RunStatistics:
+    """Median and p90 per-step time over steps that did not compile.
+
+    Steps that compiled are left out of the steady state. If every step
+    compiled, `fallback_median` (an earlier epoch's median) is used, and
+    failing that the median over all steps.
+    """
+    steady = [r for r in records if not r.compiled]
+    pool = steady or list(records)
+    per_step = [r.seconds_per_step for r in pool for _ in range(r.steps)]
+    if not per_step:
+        return RunStatistics(0, None, None, 0, None, None)
+    median = percentile(per_step, 50)
+    if not steady and fallback_median is not None:
+        median = fallback_median
+    steady_time = sum(r.seconds for r in steady)
+    steady_examples = sum(r.examples() for r in steady)
+    all_time = sum(r.seconds for r in records)
+    all_examples = sum(r.examples() for r in records)
+    return RunStatistics(
+        steps=sum(r.steps for r in records),
+        median_seconds=median,
+        p90_seconds=percentile(per_step, 90),
+        steady_steps=sum(r.steps for r in steady),
+        examples_per_second=(
+            steady_examples / steady_time
+            if steady_time > 0 and steady_examples
+            else None
+        ),
+        examples_per_second_overall=(
+            all_examples / all_time if all_time > 0 and all_examples else None
+        ),
+    )
+
+
+def estimate_compile_seconds(
+    record: StepRecord, median_seconds: float | None
+) -> float:
+    """Compile seconds of one compiled call, shared by its compilations.
+
+    The excess of the call over `steps * median`, minus the Python tracing
+    time the probe measured in it, divided evenly among the signatures that
+    compiled in the call; never negative.
+    """
+    if not record.compiled:
+        return 0.0
+    expected = (median_seconds or 0.0) * record.steps
+    excess = record.seconds - expected - record.trace_seconds
+    return max(excess, 0.0) / len(record.new)
