@@ -153,4 +153,3 @@ def _compiled_jit_setting(model: Any) -> Any:
     if config is None:
         return None
     return getattr(config, "config", {}).get("jit_compile")
-

@@ -75,9 +75,11 @@ def read_compile_events(path: str) -> list[CompileEvent]:
 def _line_compiles(line, names) -> list[CompileEvent]:
     events = sorted(
         (
-            (line.timestamp_ns * 1e-9 + ev.offset_ps * 1e-12,
-             ev.duration_ps * 1e-12,
-             names.get(ev.metadata_id, ""))
+            (
+                line.timestamp_ns * 1e-9 + ev.offset_ps * 1e-12,
+                ev.duration_ps * 1e-12,
+                names.get(ev.metadata_id, ""),
+            )
             for ev in line.events
         ),
     )
@@ -89,12 +91,14 @@ def _line_compiles(line, names) -> list[CompileEvent]:
         # The pass pipeline opens each compilation ("HLO passes through
         # layout assignment" on CPU and GPU alike).
         passes = [
-            s for s, d, n in events
+            s
+            for s, d, n in events
             if previous_end <= s <= b_start and n.startswith("HLO passes")
         ]
         passes_start = min(passes) if passes else b_start
         enclosing = [
-            s for s, d, n in events
+            s
+            for s, d, n in events
             if n == _EXECUTOR_EVENT and s <= passes_start and s + d >= b_end
         ]
         start = max(enclosing) if enclosing else passes_start

@@ -165,9 +165,7 @@ class XLAReport:
                 Recompilation(**r) for r in data.get("recompilations", [])
             ],
             findings=[Finding(**f) for f in data.get("findings", [])],
-            compile_log=[
-                Compilation(**c) for c in data.get("compile_log", [])
-            ],
+            compile_log=[Compilation(**c) for c in data.get("compile_log", [])],
         )
 
     @classmethod

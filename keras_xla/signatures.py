@@ -99,9 +99,7 @@ def diff_signatures(old: Signature, new: Signature) -> list[ShapeChange]:
             )
         elif prev.dtype != t.dtype:
             changes.append(
-                ShapeChange(
-                    path, None, list(prev.shape), list(t.shape), DTYPE
-                )
+                ShapeChange(path, None, list(prev.shape), list(t.shape), DTYPE)
             )
         elif len(prev.shape) != len(t.shape):
             changes.append(
@@ -140,15 +138,14 @@ def closest_previous(
     return best
 
 
-def classify(
-    changes: list[ShapeChange], last_step: bool
-) -> list[ShapeChange]:
+def classify(changes: list[ShapeChange], last_step: bool) -> list[ShapeChange]:
     """Turns batch-size changes into `PARTIAL_BATCH` where that is what
     they are: only the batch dimension changed, it shrank, and the step was
     the last of its epoch (or of its validation run)."""
     batch_only = bool(changes) and all(c.cause == BATCH_SIZE for c in changes)
-    shrank = all(c.after[0] < c.before[0] for c in changes if c.after)
-    if batch_only and shrank and last_step:
+    if not (batch_only and last_step):
+        return changes
+    if all(c.after[0] < c.before[0] for c in changes):
         return [dataclasses.replace(c, cause=PARTIAL_BATCH) for c in changes]
     return changes
 

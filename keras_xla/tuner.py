@@ -274,14 +274,14 @@ class XLATuner(keras.callbacks.Callback):
                 stats.examples_per_second_overall
             ),
             by_function={
-                name: {
-                    k: v for k, v in result.items() if k != "stats"
-                }
+                name: {k: v for k, v in result.items() if k != "stats"}
                 for name, result in (("train", train), ("test", test))
                 if result
             },
         )
         self._report.epochs.append(epoch_stats)
+        # Validation finishes before the epoch: restore time order.
+        self._report.compile_log.sort(key=lambda c: c.started_at)
         self._write_epoch(epoch_stats)
 
     def _finish_run(self, function: str) -> dict:
@@ -325,8 +325,12 @@ class XLATuner(keras.callbacks.Callback):
                     len(record.signatures) - 1
                 )
                 self._explain(
-                    function, record.first_step + index, previous, sig,
-                    last, seconds,
+                    function,
+                    record.first_step + index,
+                    previous,
+                    sig,
+                    last,
+                    seconds,
                 )
         result = self._epoch_results.setdefault(
             function,

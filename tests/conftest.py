@@ -1,0 +1,64 @@
+"""Shared test setup: quiet TensorFlow, tiny models, profiler ground truth."""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import contextlib  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def profiled(tmp_path):
+    """Context manager: profile a block; yields a list that receives the
+    XLA compile events the TF profiler saw in it."""
+    import tensorflow as tf
+
+    from keras_xla.profiler import read_compile_events
+
+    counter = {"n": 0}
+
+    @contextlib.contextmanager
+    def run():
+        counter["n"] += 1
+        log_dir = str(tmp_path / f"profile{counter['n']}")
+        events = []
+        tf.profiler.experimental.start(log_dir)
+        try:
+            yield events
+        finally:
+            tf.profiler.experimental.stop()
+            events.extend(read_compile_events(log_dir))
+
+    return run
+
+
+def conv_model(steps_per_execution=1, jit_compile="auto"):
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((16, 4)),
+            keras.layers.Conv1D(8, 3),
+            keras.layers.GlobalAveragePooling1D(),
+            keras.layers.Dense(1),
+        ]
+    )
+    model.compile(
+        "adam",
+        "mse",
+        steps_per_execution=steps_per_execution,
+        jit_compile=jit_compile,
+    )
+    return model
+
+
+def regression_data(n, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.random((n, 16, 4), dtype=np.float32)
+    y = rng.random((n, 1), dtype=np.float32)
+    return x, y

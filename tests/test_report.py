@@ -1,0 +1,134 @@
+import json
+
+import pytest
+
+from keras_xla.report import (
+    SCHEMA,
+    Compilation,
+    EpochStats,
+    Finding,
+    JitInfo,
+    Recompilation,
+    XLAReport,
+    format_table,
+)
+
+
+def sample_report():
+    report = XLAReport(
+        environment={"tensorflow": "2.21.0", "backend": "tensorflow"},
+        jit=JitInfo(True, True, "XLA on"),
+    )
+    report.epochs.append(
+        EpochStats(0, 5, 2, 1.25, 1, {"median": 2.0, "p90": 3.0}, 8000.0)
+    )
+    report.recompilations.append(
+        Recompilation(
+            "train",
+            0,
+            4,
+            "x",
+            0,
+            [16, 4],
+            [6, 4],
+            "partial_batch",
+            0.25,
+            "msg",
+            "fix",
+        )
+    )
+    report.findings.append(
+        Finding(
+            "partial-last-batch", "warning", "partial | batch", "drop", 1, 0.25
+        )
+    )
+    report.compile_log.append(
+        Compilation("train", 0, 0, {"x": [16, 4]}, 1.0, True, 1.5)
+    )
+    return report
+
+
+def test_json_has_contract_fields_and_round_trips(tmp_path):
+    report = sample_report()
+    path = report.write(str(tmp_path))
+    assert path == str(tmp_path / "xla_report.json")
+    data = json.loads(open(path).read())
+    assert data["schema"] == SCHEMA
+    assert set(data) >= {
+        "environment",
+        "jit",
+        "epochs",
+        "recompilations",
+        "findings",
+    }
+    assert set(data["jit"]) == {"requested", "enabled", "reason"}
+    epoch = data["epochs"][0]
+    assert set(epoch) >= {
+        "epoch",
+        "steps",
+        "compilations",
+        "compile_seconds",
+        "recompilations",
+        "step_time_ms",
+        "examples_per_second",
+    }
+    assert set(data["recompilations"][0]) >= {
+        "function",
+        "epoch",
+        "step",
+        "input",
+        "dim",
+        "before",
+        "after",
+        "cause",
+        "compile_seconds",
+        "message",
+    }
+    assert set(data["findings"][0]) >= {"code", "severity", "message", "fix"}
+    loaded = XLAReport.load(str(tmp_path))
+    assert loaded.to_dict() == report.to_dict()
+    assert loaded.total_compilations == 2
+    assert loaded.total_compile_seconds == 1.25
+
+
+def test_wrong_schema_is_rejected():
+    with pytest.raises(ValueError, match="keras_xla.report/1"):
+        XLAReport.from_dict({"schema": "other/9"})
+
+
+def test_summary_table_and_markdown():
+    report = sample_report()
+    lines = report.summary().splitlines()
+    assert lines[0] == "XLA on: XLA on"
+    assert lines[1].split() == [
+        "epoch",
+        "steps",
+        "compiles",
+        "recompiles",
+        "compile",
+        "s",
+        "median",
+        "ms",
+        "p90",
+        "ms",
+        "ex/s",
+    ]
+    assert lines[2].split() == [
+        "0",
+        "5",
+        "2",
+        "1",
+        "1.25",
+        "2.00",
+        "3.00",
+        "8000.0",
+    ]
+    assert lines[3].startswith("[partial-last-batch]")
+    md = report.findings_markdown()
+    assert "partial \\| batch" in md
+    assert md.count("\n") == 2
+    assert XLAReport().findings_markdown() == "No findings."
+
+
+def test_format_table_aligns():
+    assert format_table([("a", "10"), ("bbb", "2")]) == ["a    10", "bbb   2"]

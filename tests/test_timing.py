@@ -1,0 +1,58 @@
+import pytest
+
+from keras_xla.signatures import Signature, TensorSignature
+from keras_xla.timing import (
+    StepRecord,
+    estimate_compile_seconds,
+    percentile,
+    run_statistics,
+)
+
+
+def rec(seconds, new=(), batch=10, steps=1, trace=0.0):
+    sigs = [
+        Signature(0, (TensorSignature("x", (batch, 2), "float32"),))
+    ] * steps
+    return StepRecord("train", 0, seconds, sigs, list(new), trace)
+
+
+def test_percentile_interpolates():
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert percentile([5], 90) == 5
+    assert percentile([0, 10], 90) == pytest.approx(9.0)
+    with pytest.raises(ValueError, match="empty"):
+        percentile([], 50)
+    with pytest.raises(ValueError, match="q must be"):
+        percentile([1], 101)
+
+
+def test_statistics_leave_compiled_steps_out():
+    records = [rec(0.9, new=[0]), rec(0.010), rec(0.012), rec(0.011)]
+    stats = run_statistics(records)
+    assert stats.steps == 4
+    assert stats.steady_steps == 3
+    assert stats.median_seconds == pytest.approx(0.011)
+    assert stats.examples_per_second == pytest.approx(30 / 0.033)
+    assert stats.examples_per_second_overall == pytest.approx(40 / 0.933)
+
+
+def test_statistics_use_fallback_when_every_step_compiled():
+    stats = run_statistics([rec(0.5, new=[0]), rec(0.4, new=[0])], 0.002)
+    assert stats.median_seconds == 0.002
+    assert stats.steady_steps == 0
+    assert stats.examples_per_second is None
+
+
+def test_multi_step_calls_count_each_step():
+    stats = run_statistics([rec(0.04, steps=4), rec(0.08, steps=4)])
+    assert stats.steps == 8
+    assert stats.median_seconds == pytest.approx(0.015)
+
+
+def test_compile_estimate_subtracts_run_and_trace_time():
+    record = rec(0.5, new=[0], trace=0.1)
+    assert estimate_compile_seconds(record, 0.01) == pytest.approx(0.39)
+    shared = rec(1.0, new=[0, 2], steps=4)
+    assert estimate_compile_seconds(shared, 0.05) == pytest.approx(0.4)
+    assert estimate_compile_seconds(rec(0.01, new=[0]), 0.05) == 0.0
+    assert estimate_compile_seconds(rec(0.3), 0.01) == 0.0

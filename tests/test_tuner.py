@@ -1,0 +1,305 @@
+"""XLATuner against the TF profiler's ground truth, on tiny CPU models."""
+
+import json
+import os
+import warnings
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import conv_model, regression_data
+
+from keras_xla import XLARecompilationWarning, XLATuner
+from keras_xla.summaries import FINDINGS_TAG, SCALAR_TAGS
+
+
+def fit(model, *args, tuner, **kwargs):
+    kwargs.setdefault("verbose", 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", XLARecompilationWarning)
+        return model.fit(*args, callbacks=[tuner], **kwargs)
+
+
+def test_partial_batches_in_train_and_validation(profiled):
+    x, y = regression_data(70)
+    model = conv_model()
+    tuner = XLATuner(verbose=0)
+    with profiled() as events:
+        fit(
+            model,
+            x,
+            y,
+            batch_size=16,
+            epochs=2,
+            tuner=tuner,
+            validation_data=(x[:20], y[:20]),
+        )
+    report = tuner.report
+    assert report.jit.enabled is True
+    # train: 16 and 6; test: 16 and 4 -> four compilations, all in epoch 0.
+    assert [e.compilations for e in report.epochs] == [4, 0]
+    assert report.total_compilations == len(events) == 4
+    assert [e.recompilations for e in report.epochs] == [2, 0]
+    by_fn = {r.function: r for r in report.recompilations}
+    train, test = by_fn["train"], by_fn["test"]
+    assert (
+        train.input,
+        train.dim,
+        train.before,
+        train.after,
+        train.cause,
+        train.epoch,
+        train.step,
+    ) == ("x", 0, [16, 16, 4], [6, 16, 4], "partial_batch", 0, 4)
+    assert (test.input, test.before, test.after, test.cause, test.step) == (
+        "x",
+        [16, 16, 4],
+        [4, 16, 4],
+        "partial_batch",
+        1,
+    )
+    assert "drop_remainder=True" in train.fix
+    assert report.finding_codes() == ["partial-last-batch"] * 2
+    assert report.epochs[0].steps == 5
+    assert report.epochs[1].examples_per_second > 0
+    # In time order: train 16, train 6, then validation's 16 and 4.
+    log = report.compile_log
+    assert [(c.function, c.first) for c in log] == [
+        ("train", True),
+        ("train", False),
+        ("test", True),
+        ("test", False),
+    ]
+    assert all(c.compile_seconds > 0.01 for c in report.compile_log)
+    assert report.epochs[0].compile_seconds == pytest.approx(
+        sum(c.compile_seconds for c in report.compile_log), abs=1e-3
+    )
+
+
+def token_dataset(lengths, batch_size=4, seed=0):
+    rng = np.random.default_rng(seed)
+    seqs = [rng.integers(1, 50, size=n) for n in lengths]
+    ds = tf.data.Dataset.from_generator(
+        lambda: ((s, np.float32(len(s) % 2)) for s in seqs),
+        output_signature=(
+            tf.TensorSpec([None], tf.int64),
+            tf.TensorSpec([], tf.float32),
+        ),
+    )
+    return ds.padded_batch(batch_size)
+
+
+def text_model():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((None,), dtype="int64"),
+            keras.layers.Embedding(50, 8),
+            keras.layers.GlobalAveragePooling1D(),
+            keras.layers.Dense(1, activation="sigmoid"),
+        ]
+    )
+    model.compile("adam", "binary_crossentropy")
+    return model
+
+
+def test_padded_sequences_compile_once_per_length(profiled):
+    # Batches of 4: max lengths 5, 9, 5, 12 -> three distinct shapes.
+    lengths = [3, 5, 2, 4, 9, 1, 2, 3, 5, 5, 4, 1, 12, 3, 2, 2]
+    model = text_model()
+    tuner = XLATuner(verbose=0)
+    with profiled() as events, warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        model.fit(
+            token_dataset(lengths), epochs=2, verbose=0, callbacks=[tuner]
+        )
+    report = tuner.report
+    assert report.total_compilations == len(events) == 3
+    assert [e.compilations for e in report.epochs] == [3, 0]
+    recs = report.recompilations
+    assert [(r.input, r.dim, r.before, r.after, r.cause) for r in recs] == [
+        ("x", 1, [4, 5], [4, 9], "dynamic_dim"),
+        ("x", 1, [4, 9], [4, 12], "dynamic_dim"),
+    ]
+    assert "bucket_by_length" in recs[0].fix
+    ours = [x for x in w if issubclass(x.category, XLARecompilationWarning)]
+    # One warning per distinct (function, input, dim, cause).
+    assert len(ours) == 1
+    assert "dim 1" in str(ours[0].message)
+    (finding,) = report.findings
+    assert (finding.code, finding.count) == ("dynamic-dimension", 2)
+
+
+def test_steps_per_execution(profiled):
+    x, y = regression_data(70)
+    model = conv_model(steps_per_execution=4)
+    tuner = XLATuner(verbose=0)
+    with profiled() as events:
+        fit(
+            model,
+            x,
+            y,
+            batch_size=16,
+            epochs=2,
+            tuner=tuner,
+            validation_data=(x[:36], y[:36]),
+        )
+    report = tuner.report
+    assert report.total_compilations == len(events) == 4
+    assert report.epochs[0].steps == 5
+    train = [r for r in report.recompilations if r.function == "train"]
+    assert [(r.step, r.after, r.cause) for r in train] == [
+        (4, [6, 16, 4], "partial_batch")
+    ]
+    test = [r for r in report.recompilations if r.function == "test"]
+    assert [(r.step, r.after, r.cause) for r in test] == [
+        (2, [4, 16, 4], "partial_batch")
+    ]
+
+
+def test_second_fit_reuses_compiled_shapes(profiled):
+    x, y = regression_data(64)
+    model = conv_model()
+    tuner = XLATuner(verbose=0)
+    with profiled() as first:
+        fit(model, x, y, batch_size=16, epochs=1, tuner=tuner)
+    assert tuner.report.total_compilations == len(first) == 1
+    with profiled() as second:
+        fit(model, x, y, batch_size=16, epochs=1, tuner=tuner)
+    assert tuner.report.total_compilations == len(second) == 0
+    fresh = XLATuner(verbose=0)
+    with profiled() as third:
+        fit(model, x, y, batch_size=32, epochs=1, tuner=fresh)
+    assert fresh.report.total_compilations == len(third) == 1
+    (rec,) = fresh.report.recompilations
+    assert (rec.cause, rec.before, rec.after) == (
+        "batch_size",
+        [16, 16, 4],
+        [32, 16, 4],
+    )
+
+
+def read_events(run_dir):
+    from tensorboard.backend.event_processing import event_accumulator
+
+    acc = event_accumulator.EventAccumulator(
+        run_dir, size_guidance={event_accumulator.TENSORS: 0}
+    )
+    acc.Reload()
+    return {tag: acc.Tensors(tag) for tag in acc.Tags()["tensors"]}
+
+
+def test_tensorboard_tags_and_report_file(tmp_path):
+    x, y = regression_data(48)
+    log_dir = str(tmp_path / "logs")
+    tuner = XLATuner(log_dir=log_dir, verbose=0)
+    fit(conv_model(), x, y, batch_size=16, epochs=3, tuner=tuner)
+    events = read_events(os.path.join(log_dir, "train"))
+    assert set(events) == set(SCALAR_TAGS) | {FINDINGS_TAG}
+    for tag, points in events.items():
+        assert [p.step for p in points] == [0, 1, 2], tag
+    compiles = [
+        float(tf.make_ndarray(p.tensor_proto))
+        for p in events["xla/compilations"]
+    ]
+    assert compiles == [1.0, 0.0, 0.0]
+    text = tf.make_ndarray(events[FINDINGS_TAG][0].tensor_proto)
+    assert text.item().decode() == "No findings."
+    with open(os.path.join(log_dir, "xla_report.json")) as f:
+        data = json.load(f)
+    assert data["schema"] == "keras_xla.report/1"
+    assert [e["compilations"] for e in data["epochs"]] == [1, 0, 0]
+    assert data["jit"]["enabled"] is True
+
+
+def test_side_by_side_with_keras_tensorboard(tmp_path):
+    x, y = regression_data(32)
+    log_dir = str(tmp_path / "logs")
+    model = conv_model()
+    model.fit(
+        x,
+        y,
+        batch_size=16,
+        epochs=2,
+        verbose=0,
+        callbacks=[
+            keras.callbacks.TensorBoard(log_dir=log_dir),
+            XLATuner(log_dir=log_dir, verbose=0),
+        ],
+    )
+    tags = set(read_events(os.path.join(log_dir, "train")))
+    assert {"epoch_loss", "xla/compilations"} <= tags
+
+
+def test_string_lookup_reports_disabled_and_trains(tmp_path):
+    from test_jit import lookup_dataset, lookup_model
+
+    model = lookup_model()
+    tuner = XLATuner(verbose=0)
+    history = fit(model, lookup_dataset(), epochs=2, tuner=tuner)
+    assert len(history.history["loss"]) == 2
+    report = tuner.report
+    assert report.jit.enabled is False
+    assert "vocab (StringLookup)" in report.jit.reason
+    assert "jit-disabled-by-layer" in report.finding_codes()
+    assert report.total_compilations == 0
+    assert report.epochs[0].steps == 2
+
+
+def test_reuse_in_memory_and_jit_off():
+    x, y = regression_data(32)
+    model = conv_model()
+    tuner = XLATuner(jit_compile=False, verbose=0)
+    fit(model, x, y, batch_size=16, epochs=2, tuner=tuner)
+    assert tuner.report.jit.enabled is False
+    assert model.jit_compile is False
+    assert tuner.report.total_compilations == 0
+    tuner.jit_compile = True
+    fit(model, x, y, batch_size=16, epochs=1, tuner=tuner)
+    assert len(tuner.report.epochs) == 1  # state reset per fit
+    assert tuner.report.jit.enabled is True
+    assert tuner.report.total_compilations == 1
+
+
+def test_tuner_failure_never_stops_training(monkeypatch):
+    from keras_xla import probe as probe_lib
+
+    def broken(self):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(probe_lib.ShapeProbe, "read_new", broken)
+    x, y = regression_data(32)
+    tuner = XLATuner(verbose=0)
+    with pytest.warns(UserWarning, match="tuner-error"):
+        history = conv_model().fit(
+            x, y, batch_size=16, epochs=2, verbose=0, callbacks=[tuner]
+        )
+    assert len(history.history["loss"]) == 2
+    assert "tuner-error" in tuner.report.finding_codes()
+    strict = XLATuner(strict=True, verbose=0)
+    with pytest.raises(RuntimeError, match="boom"):
+        conv_model().fit(
+            x, y, batch_size=16, epochs=1, verbose=0, callbacks=[strict]
+        )
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"jit_compile": "yes"}, r"XLATuner\(jit_compile='yes'\)"),
+        ({"verbose": 2}, r"XLATuner\(verbose=2\)"),
+        ({"log_dir": 3}, r"XLATuner\(log_dir=3\)"),
+    ],
+)
+def test_bad_arguments_are_named(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        XLATuner(**kwargs)
+
+
+def test_summary_is_printed_at_train_end(capsys):
+    x, y = regression_data(32)
+    fit(conv_model(), x, y, batch_size=16, epochs=1, tuner=XLATuner())
+    out = capsys.readouterr().out
+    assert "XLA on" in out
+    assert "compiles" in out and "median ms" in out
