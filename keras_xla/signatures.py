@@ -192,6 +192,12 @@ def fix_for(change: ShapeChange) -> str:
             "Keep the batch size constant for the whole run; pad short "
             "batches (`keras_xla.data.pad_batches`) instead of feeding them."
         )
+    if change.cause == DYNAMIC_DIM and len(change.after) == 4:
+        return (
+            f"Give {where} a fixed height and width: crop a constant-size "
+            "window (`keras_xla.data.fixed_slice(image, size)`) or resize "
+            "to one size, instead of crops whose size varies."
+        )
     if change.cause == DYNAMIC_DIM:
         return (
             f"Pad {where} dim {change.dim} to a fixed length "
@@ -215,8 +221,16 @@ def fix_for(change: ShapeChange) -> str:
     )
 
 
-def describe(change: ShapeChange, function: str) -> str:
-    """One sentence naming the function, input, dimension and shapes."""
+def describe(
+    change: ShapeChange,
+    function: str,
+    changes: list[ShapeChange] | None = None,
+) -> str:
+    """One sentence naming the function, input, dimension(s) and shapes.
+
+    `changes` (all changes of the signature) lets the sentence name every
+    dimension of the same input that changed with the same cause.
+    """
     if change.cause == RETRACE:
         return (
             f"{function}: the step was traced again (a new tf.function "
@@ -233,7 +247,17 @@ def describe(change: ShapeChange, function: str) -> str:
         DTYPE: "the dtype changed",
         RANK: "the rank changed",
     }[change.cause]
-    dim = f" dim {change.dim}" if change.dim is not None else ""
+    dims = [
+        c.dim
+        for c in (changes or [change])
+        if c.input == change.input
+        and c.cause == change.cause
+        and c.dim is not None
+    ]
+    if len(dims) > 1:
+        dim = " dims " + ", ".join(str(d) for d in dims)
+    else:
+        dim = f" dim {change.dim}" if change.dim is not None else ""
     return (
         f"{function}: input `{change.input}`{dim} changed "
         f"{change.before} -> {change.after} ({what})."

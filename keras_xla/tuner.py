@@ -360,7 +360,7 @@ class XLATuner(keras.callbacks.Callback):
     def _explain(self, function, step, previous, sig, last, seconds):
         change, changes = explain(previous, sig, last)
         fix = fix_for(change)
-        message = describe(change, function)
+        message = describe(change, function, changes)
         self._report.recompilations.append(
             Recompilation(
                 function=function,

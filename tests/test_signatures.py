@@ -132,6 +132,18 @@ def test_fixes_point_to_the_right_remedy():
     )
 
 
+def test_image_size_drift_names_both_dims_and_fixed_slice():
+    old = sig(x=(8, 51, 51, 3))
+    new = sig(x=(8, 55, 55, 3))
+    change, changes = S.explain([old], new, last_step=False)
+    assert (change.dim, len(changes)) == (1, 2)
+    assert S.describe(change, "train", changes) == (
+        "train: input `x` dims 1, 2 changed [8, 51, 51, 3] -> [8, 55, 55, 3] "
+        "(a non-batch dimension changed)."
+    )
+    assert "fixed_slice" in S.fix_for(change)
+
+
 def test_every_cause_has_a_finding_code():
     causes = [
         v

@@ -1,0 +1,243 @@
+"""tf.data helpers that keep shapes static, so XLA compiles once.
+
+XLA compiles a step once per concrete input shape. Shapes drift in input
+pipelines for three common reasons, each with a helper here:
+
+- crops whose *size* varies (scale augmentation without a resize, images
+  fed at their decoded size): `fixed_slice` cuts a constant-size window.
+  (`tf.image.random_crop` with a constant `size` is already static.)
+- a partial last batch: `pad_batches` pads it to the full batch size and
+  adds sample weights that keep the loss equal to the unpadded batch's.
+- per-batch padding of sequences: `bucket_by_length` pads to a small fixed
+  set of lengths, so a text model compiles once per bucket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import tensorflow as tf
+
+_OFFSETS = ("random", "center")
+
+
+def fixed_slice(
+    image: tf.Tensor,
+    size: int | Sequence[int],
+    offset: str | Sequence[int] = "random",
+    seed: int | None = None,
+) -> tf.Tensor:
+    """Crops a fixed-size window from an `(height, width, channels)` image.
+
+    The output shape is static (`size` by `size`, the image's channels), so
+    a batch of these compiles once under XLA whatever size the images were
+    decoded at. An image smaller than `size` is zero-padded at the bottom
+    and right first.
+
+    Args:
+        image: A 3-D image tensor of any height and width.
+        size: Output `(height, width)`, or one int for a square.
+        offset: `"random"` (uniform over valid positions), `"center"`, or
+            an explicit `(top, left)`. Defaults to `"random"`.
+        seed: Op seed for the random offset. Defaults to `None`.
+
+    Returns:
+        The cropped image, shape `(height, width, channels)`.
+    """
+    height, width = _pair(size, "size")
+    image = tf.convert_to_tensor(image)
+    if image.shape.rank != 3:
+        raise ValueError(
+            "fixed_slice() expects a 3-D (height, width, channels) image; "
+            f"got shape {image.shape}. Map it over unbatched images."
+        )
+    shape = tf.shape(image)
+    pad_h = tf.maximum(height - shape[0], 0)
+    pad_w = tf.maximum(width - shape[1], 0)
+    image = tf.pad(image, [[0, pad_h], [0, pad_w], [0, 0]])
+    shape = tf.shape(image)
+    room_h, room_w = shape[0] - height, shape[1] - width
+    if isinstance(offset, str):
+        if offset not in _OFFSETS:
+            raise ValueError(
+                f"Unsupported value `fixed_slice(offset={offset!r})`. "
+                "Possible choices are: 'random', 'center', or (top, left)."
+            )
+        if offset == "center":
+            top, left = room_h // 2, room_w // 2
+        else:
+            top = tf.random.uniform([], 0, room_h + 1, tf.int32, seed=seed)
+            left = tf.random.uniform([], 0, room_w + 1, tf.int32, seed=seed)
+    else:
+        top, left = _pair(offset, "offset")
+        top = tf.minimum(top, room_h)
+        left = tf.minimum(left, room_w)
+    channels = image.shape[-1] if image.shape[-1] is not None else -1
+    out = tf.slice(image, [top, left, 0], [height, width, channels])
+    out.set_shape([height, width, image.shape[-1]])
+    return out
+
+
+def pad_batches(
+    dataset: tf.data.Dataset, batch_size: int, pad_with: str = "zeros"
+) -> tf.data.Dataset:
+    """Batches to exactly `batch_size`, padding the last batch.
+
+    Every batch becomes `(x, y, sample_weight)` with a static batch
+    dimension, so XLA compiles one shape instead of two. In a batch with
+    `n` real samples, the real samples get weight `batch_size / n` (times
+    any weight the element already had) and the pads weight 0. With
+    Keras's default `sum_over_batch_size` loss reduction (sum of weighted
+    losses divided by the batch size) the loss, and so the gradients, then
+    equal those of the unpadded batch.
+
+    What it cannot make exact: layers that compute batch statistics
+    (BatchNormalization in training) see the pads; `pad_with="repeat"`
+    fills the batch with repeats of its real samples, which keeps those
+    statistics closer. Keras's running `loss` shown in the progress bar
+    weights each batch by its size, so the padded batch counts as full
+    there. Metrics passed as `weighted_metrics` ignore the pads exactly;
+    plain `metrics` do not use sample weights.
+
+    Args:
+        dataset: Unbatched elements `(x, y)` or `(x, y, sample_weight)`;
+            `x` and `y` may be nested.
+        batch_size: The batch size every batch will have.
+        pad_with: `"zeros"` or `"repeat"`. Defaults to `"zeros"`.
+
+    Returns:
+        A dataset of `(x, y, sample_weight)` batches of `batch_size`.
+    """
+    _check_batch_size(batch_size, "pad_batches")
+    if pad_with not in ("zeros", "repeat"):
+        raise ValueError(
+            f"Unsupported value `pad_batches(pad_with={pad_with!r})`. "
+            "Possible choices are: 'zeros', 'repeat'."
+        )
+    _check_elements(dataset, "pad_batches")
+    return dataset.batch(batch_size).map(
+        lambda *batch: _pad_batch(batch, batch_size, pad_with),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
+
+
+def bucket_by_length(
+    dataset: tf.data.Dataset,
+    boundaries: Sequence[int],
+    batch_size: int,
+    pad_value: int | float = 0,
+) -> tf.data.Dataset:
+    """Pads sequences to a small fixed set of lengths and batches per bucket.
+
+    Each sequence `x` (1-D) is padded to the smallest boundary that holds
+    it, and batched with sequences of the same bucket; each bucket's last
+    batch is padded to `batch_size` as in `pad_batches`. A model then sees
+    at most `len(boundaries)` distinct shapes, so XLA compiles once per
+    bucket instead of once per padded length.
+
+    Args:
+        dataset: Unbatched `(x, y)` or `(x, y, sample_weight)` elements with
+            a 1-D `x`.
+        boundaries: Increasing bucket lengths; the last one must hold the
+            longest sequence (a longer one raises at run time).
+        batch_size: Batch size of every batch.
+        pad_value: Value `x` is padded with. Defaults to `0`.
+
+    Returns:
+        A dataset of `(x, y, sample_weight)` batches, `x` of shape
+        `(batch_size, boundary)`.
+    """
+    _check_batch_size(batch_size, "bucket_by_length")
+    bounds = [int(b) for b in boundaries]
+    if (
+        not bounds
+        or any(b <= 0 for b in bounds)
+        or bounds != sorted(set(bounds))
+    ):
+        raise ValueError(
+            f"Unsupported value `bucket_by_length(boundaries={boundaries!r})`"
+            ": pass strictly increasing positive lengths, e.g. [16, 32, 64]."
+        )
+    spec = _check_elements(dataset, "bucket_by_length")
+    if spec[0].shape.rank != 1:
+        raise ValueError(
+            "bucket_by_length() expects 1-D sequences as `x`; got element "
+            f"spec {spec[0]}."
+        )
+    bounds_t = tf.constant(bounds, tf.int32)
+
+    def assign(x, *rest):
+        length = tf.shape(x)[0]
+        bucket = tf.searchsorted(bounds_t, tf.reshape(length, [1]))[0]
+        tf.debugging.assert_less(
+            bucket,
+            len(bounds),
+            message=f"a sequence is longer than the last boundary {bounds[-1]}",
+        )
+        target = tf.gather(bounds_t, tf.minimum(bucket, len(bounds) - 1))
+        x = tf.pad(x, [[0, target - length]], constant_values=pad_value)
+        return (tf.cast(bucket, tf.int64), x, *rest)
+
+    def batch_bucket(key, window):
+        return window.batch(batch_size)
+
+    grouped = dataset.map(assign).group_by_window(
+        key_func=lambda key, *_: key,
+        reduce_func=batch_bucket,
+        window_size=batch_size,
+    )
+    return grouped.map(
+        lambda key, *batch: _pad_batch(batch, batch_size, "zeros")
+    )
+
+
+def _pad_batch(batch, batch_size, pad_with):
+    x, y = batch[0], batch[1]
+    weights = batch[2] if len(batch) > 2 else None
+    n = tf.shape(tf.nest.flatten(x)[0])[0]
+    missing = batch_size - n
+    real = tf.fill(
+        [n], tf.cast(batch_size, tf.float32) / tf.cast(n, tf.float32)
+    )
+    if weights is not None:
+        real = real * tf.cast(weights, tf.float32)
+    weights = tf.concat([real, tf.zeros([missing], tf.float32)], axis=0)
+    weights.set_shape([batch_size])
+
+    def pad(t):
+        if pad_with == "repeat":
+            out = tf.gather(t, tf.math.floormod(tf.range(batch_size), n))
+        else:
+            paddings = [[0, missing]] + [[0, 0]] * (t.shape.rank - 1)
+            out = tf.pad(t, paddings)
+        out.set_shape([batch_size] + t.shape.as_list()[1:])
+        return out
+
+    return tf.nest.map_structure(pad, x), tf.nest.map_structure(pad, y), weights
+
+
+def _pair(value, name):
+    if isinstance(value, int):
+        return value, value
+    pair = tuple(value)
+    if len(pair) != 2:
+        raise ValueError(f"`{name}` must be an int or a pair; got {value!r}.")
+    return pair
+
+
+def _check_batch_size(batch_size, fn):
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(
+            f"Unsupported value `{fn}(batch_size={batch_size!r})`: pass a "
+            "positive int."
+        )
+
+
+def _check_elements(dataset, fn):
+    spec = dataset.element_spec
+    if not isinstance(spec, tuple) or len(spec) not in (2, 3):
+        raise ValueError(
+            f"{fn}() expects unbatched (x, y) or (x, y, sample_weight) "
+            f"elements; got element spec {spec}."
+        )
+    return spec

@@ -1,0 +1,85 @@
+"""The ResNet-50 example, end to end at a tiny size."""
+
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def example():
+    path = os.path.join(ROOT, "examples", "resnet50", "train.py")
+    spec = importlib.util.spec_from_file_location("resnet50_train", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_synthetic_images_have_variable_sizes(example):
+    sizes = {
+        tuple(image.shape.as_list())
+        for image, _ in example.synthetic_images(32, count=12)
+    }
+    assert len(sizes) > 3
+    assert all(32 <= h <= 48 and 32 <= w <= 48 for h, w, _ in sizes)
+
+
+def test_folder_images(example, tmp_path):
+    for label, shape in (("cat", (40, 50)), ("dog", (33, 36))):
+        os.makedirs(tmp_path / label)
+        pixels = tf.zeros(shape + (3,), tf.uint8)
+        tf.io.write_file(
+            str(tmp_path / label / "a.png"), tf.io.encode_png(pixels)
+        )
+    ds, classes = example.folder_images(str(tmp_path))
+    got = sorted((int(y), tuple(x.shape.as_list())) for x, y in ds)
+    assert classes == 2
+    assert got == [(0, (40, 50, 3)), (1, (33, 36, 3))]
+    with pytest.raises(ValueError, match="No images found"):
+        example.folder_images(str(tmp_path / "cat"))
+
+
+def test_pipelines_drift_and_fix(example):
+    source = example.synthetic_images(32, count=16).repeat()
+    drift = example.drifting_pipeline(source, 32, batch_size=2)
+    shapes = [tuple(x.shape.as_list()) for x, _ in drift.take(6)]
+    assert len(set(shapes)) > 1
+    assert all(s[0] == 2 and 24 <= s[1] == s[2] <= 32 for s in shapes)
+    fixed = example.fixed_pipeline(source, 32, batch_size=2)
+    assert fixed.element_spec[0].shape.as_list() == [2, 32, 32, 3]
+
+
+def test_end_to_end_tiny(example, tmp_path, capsys):
+    args = [
+        "--image-size",
+        "32",
+        "--batch-size",
+        "2",
+        "--steps",
+        "3",
+        "--log-dir",
+        str(tmp_path),
+        "--verbose",
+        "0",
+    ]
+    rows = {r["crop"]: r for r in example.main(args)}
+    fixed, drift = rows["fixed"], rows["random"]
+    assert (fixed["compilations"], fixed["recompilations"]) == (1, 0)
+    # The drifting run compiles once per distinct crop size it met.
+    source = example.synthetic_images(32).repeat()
+    sides = {
+        int(x.shape[1])
+        for x, _ in example.drifting_pipeline(source, 32, 2).take(3)
+    }
+    assert drift["compilations"] == len(sides)
+    for rec in drift["report"].recompilations:
+        assert (rec.input, rec.dim, rec.cause) == ("x", 1, "dynamic_dim")
+        assert rec.after[1] == rec.after[2] in sides
+    out = capsys.readouterr().out
+    assert "compiles" in out and "img/s incl. compile" in out
+    assert os.path.exists(tmp_path / "fixed" / "xla_report.json")
+    assert np.isfinite(fixed["images_per_second_overall"])
