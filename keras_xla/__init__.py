@@ -1,8 +1,15 @@
 """keras_xla: make XLA pay off for Keras 3 training on TensorFlow."""
 
 from keras_xla.report import XLAReport
+from keras_xla.train_step import XLAModel
 from keras_xla.tuner import XLARecompilationWarning, XLATuner
 
 __version__ = "0.1.0"
 
-__all__ = ["XLARecompilationWarning", "XLAReport", "XLATuner", "__version__"]
+__all__ = [
+    "XLAModel",
+    "XLARecompilationWarning",
+    "XLAReport",
+    "XLATuner",
+    "__version__",
+]

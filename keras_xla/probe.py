@@ -85,27 +85,45 @@ class _Trace:
 class ShapeProbe:
     """Records the concrete input signature of every step of one function.
 
+    Under a `tf.distribute` strategy with several replicas, the buffers are
+    sync-on-read variables: each replica writes its own copy (its own
+    shapes, which differ when a partial batch splits unevenly), and the host
+    reads every copy.
+
     Args:
         function: `"train"` or `"test"`.
         slots: Ring buffer rows; must be at least the number of steps one
             call of the function runs (`steps_per_execution`).
+        strategy: The model's distribution strategy, or `None`.
     """
 
-    def __init__(self, function: str, slots: int = 1) -> None:
+    def __init__(
+        self, function: str, slots: int = 1, strategy: Any = None
+    ) -> None:
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots}.")
         self.function = function
         self.slots = int(slots)
-        with tf.init_scope():
+        replicas = getattr(strategy, "num_replicas_in_sync", 1)
+        self._strategy = strategy if replicas > 1 else None
+        with tf.init_scope(), _scope(self._strategy):
+            kwargs = {}
+            if self._strategy is not None:
+                kwargs = dict(
+                    synchronization=tf.VariableSynchronization.ON_READ,
+                    aggregation=tf.VariableAggregation.NONE,
+                )
             self._rows = tf.Variable(
                 tf.fill([self.slots, ROW_WIDTH], tf.constant(-1, tf.int64)),
                 trainable=False,
                 name=f"keras_xla_{function}_probe_rows",
+                **kwargs,
             )
             self._counter = tf.Variable(
                 tf.constant(0, tf.int64),
                 trainable=False,
                 name=f"keras_xla_{function}_probe_counter",
+                **kwargs,
             )
         self._traces: list[_Trace] = []
         self._signatures: dict[bytes, Signature] = {}
@@ -118,6 +136,7 @@ class ShapeProbe:
     def steps_recorded(self) -> int:
         return self._last_step
 
+    @tf.autograph.experimental.do_not_convert
     def record(self, data: Any) -> None:
         """Adds the recording ops to the step being traced."""
         pairs = flatten_with_paths(data)
@@ -137,9 +156,23 @@ class ShapeProbe:
         pad = [tf.constant(0, tf.int64)] * (ROW_WIDTH - 2 - len(dims))
         row = tf.stack([step, tf.constant(trace_id, tf.int64)] + dims + pad)
         slot = tf.math.floormod(step, self.slots)
-        self._rows.scatter_nd_update(
-            tf.reshape(slot, [1, 1]), tf.reshape(row, [1, ROW_WIDTH])
+        # assign(tensor_scatter_nd_update) rather than scatter_nd_update:
+        # sync-on-read (per-replica) variables only implement assign.
+        self._rows.assign(
+            tf.tensor_scatter_nd_update(
+                self._rows,
+                tf.reshape(slot, [1, 1]),
+                tf.reshape(row, [1, ROW_WIDTH]),
+            )
         )
+
+    @tf.autograph.experimental.do_not_convert
+    def record_guarded(self, data: Any) -> None:
+        """`record()`, but a failure is logged and the step runs unprobed."""
+        try:
+            self.record(data)
+        except Exception:  # noqa: BLE001 - never break the user's step
+            logger.exception("keras_xla: shape probe failed; unprobed.")
 
     def add_trace_seconds(self, seconds: float) -> None:
         with self._lock:
@@ -150,24 +183,38 @@ class ShapeProbe:
             seconds, self._trace_seconds = self._trace_seconds, 0.0
         return seconds
 
-    def read_new(self) -> list[Signature]:
-        """Signatures of the steps that ran since the last read, in order."""
-        rows = self._rows.value().numpy()
-        fresh = rows[rows[:, 0] > self._last_step]
-        if not len(fresh):
+    def read_new(self) -> list[tuple[Signature, ...]]:
+        """The steps that ran since the last read, in order: for each step,
+        one signature per replica."""
+        if self._strategy is None:
+            buffers = [self._rows.value().numpy()]
+        else:
+            buffers = [
+                v.numpy()
+                for v in self._strategy.experimental_local_results(self._rows)
+            ]
+        last = self._last_step
+        per_replica = []
+        for rows in buffers:
+            fresh = rows[rows[:, 0] > last]
+            per_replica.append(fresh[np.argsort(fresh[:, 0])])
+        steps = min(len(rows) for rows in per_replica)
+        if not steps:
             return []
-        fresh = fresh[np.argsort(fresh[:, 0])]
-        self._last_step = int(fresh[-1, 0])
-        out = []
-        for row in fresh:
-            key = row[1:].tobytes()
-            sig = self._signatures.get(key)
-            if sig is None:
-                trace_id = int(row[1])
-                sig = self._traces[trace_id].signature(trace_id, row[2:])
-                self._signatures[key] = sig
-            out.append(sig)
-        return out
+        self._last_step = int(per_replica[0][steps - 1, 0])
+        return [
+            tuple(self._signature(rows[i]) for rows in per_replica)
+            for i in range(steps)
+        ]
+
+    def _signature(self, row: np.ndarray) -> Signature:
+        key = row[1:].tobytes()
+        sig = self._signatures.get(key)
+        if sig is None:
+            trace_id = int(row[1])
+            sig = self._traces[trace_id].signature(trace_id, row[2:])
+            self._signatures[key] = sig
+        return sig
 
 
 def install_probe(model: Any, function: str, holder: dict) -> None:
@@ -184,15 +231,12 @@ def install_probe(model: Any, function: str, holder: dict) -> None:
         return
     original = current
 
+    @tf.autograph.experimental.do_not_convert
     def probed_step(data):
         probe = holder.get(function)
         start = time.perf_counter()
         if probe is not None:
-            try:
-                probe.record(data)
-            except Exception:  # noqa: BLE001 - never break the user's step
-                logger.exception("keras_xla: shape probe failed; unprobed.")
-                holder[function] = None
+            probe.record_guarded(data)
         outputs = original(data)
         if probe is not None:
             probe.add_trace_seconds(time.perf_counter() - start)
@@ -202,6 +246,14 @@ def install_probe(model: Any, function: str, holder: dict) -> None:
     probed_step.__wrapped__ = original
     # Bypass Keras's attribute tracking: this is a plain function.
     object.__setattr__(model, attr, probed_step)
+
+
+def _scope(strategy):
+    import contextlib
+
+    return (
+        strategy.scope() if strategy is not None else (contextlib.nullcontext())
+    )
 
 
 class ModelProbes:
@@ -236,9 +288,12 @@ class ModelProbes:
         built = self._built.get(function)
         if current is not None and built == (current, config):
             return False
-        install_probe(model, function, self.holder)
+        if not getattr(model, "_keras_xla_native_probe", False):
+            install_probe(model, function, self.holder)
         self.holder[function] = ShapeProbe(
-            function, slots=int(model.steps_per_execution or 1)
+            function,
+            slots=int(model.steps_per_execution or 1),
+            strategy=model.distribute_strategy,
         )
         getattr(model, f"make_{function}_function")(force=True)
         self._built[function] = (getattr(model, attr), config)

@@ -84,6 +84,7 @@ class Compilation:
     compile_seconds: float
     first: bool
     started_at: float = 0.0
+    replica: int = 0
 
 
 @dataclasses.dataclass

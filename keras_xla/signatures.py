@@ -278,23 +278,31 @@ class SignatureTracker:
     """
 
     def __init__(self) -> None:
-        self._seen: dict[str, list[Signature]] = {}
-        self._known: dict[str, set[Signature]] = {}
+        self._seen: dict[tuple[str, int], list[Signature]] = {}
+        self._known: dict[tuple[str, int], set[Signature]] = {}
 
-    def observe(self, function: str, signature: Signature) -> bool:
-        """Records `signature`; returns True if it is new (a compilation)."""
-        known = self._known.setdefault(function, set())
+    def observe(
+        self, function: str, signature: Signature, replica: int = 0
+    ) -> bool:
+        """Records `signature`; returns True if it is new (a compilation).
+
+        Each replica of a distributed step compiles on its own device, so
+        signatures are kept per `(function, replica)`.
+        """
+        key = (function, replica)
+        known = self._known.setdefault(key, set())
         if signature in known:
             return False
         known.add(signature)
-        self._seen.setdefault(function, []).append(signature)
+        self._seen.setdefault(key, []).append(signature)
         return True
 
-    def compiled(self, function: str) -> list[Signature]:
+    def compiled(self, function: str, replica: int = 0) -> list[Signature]:
         """The function's compiled signatures, oldest first."""
-        return list(self._seen.get(function, []))
+        return list(self._seen.get((function, replica), []))
 
     def reset(self, function: str) -> None:
         """Forgets a function (it was rebuilt, so XLA starts afresh)."""
-        self._seen.pop(function, None)
-        self._known.pop(function, None)
+        for key in [k for k in self._seen if k[0] == function]:
+            del self._seen[key]
+            del self._known[key]

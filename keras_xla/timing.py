@@ -22,9 +22,10 @@ class StepRecord:
         function: `"train"` or `"test"`.
         first_step: Index of the first step in the epoch (or run).
         seconds: Wall time of the call.
-        signatures: One signature per step that ran, in order (empty if the
-            probe could not read them).
-        new: Indices into `signatures` of the ones compiled in this call.
+        signatures: For each step that ran, in order, one signature per
+            replica (empty if the probe could not read them).
+        new: `(step index, replica)` of each signature compiled in this
+            call.
         trace_seconds: Python tracing time measured during this call.
         fallback_steps: Steps assumed when no signature could be read.
         started_at: Unix time at which the call started.
@@ -52,7 +53,9 @@ class StepRecord:
         return self.seconds / max(self.steps, 1)
 
     def examples(self) -> int:
-        return sum(s.batch_size() or 0 for s in self.signatures)
+        return sum(
+            s.batch_size() or 0 for step in self.signatures for s in step
+        )
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -195,7 +195,8 @@ class XLATuner(keras.callbacks.Callback):
             self._add_finding(code, "warning", f"XLA is off: {reason}.", fix)
         self._jit_on = info.enabled
         self._probes = None
-        if jit_lib.replicas_in_sync(model) == 1:
+        native = getattr(model, "_keras_xla_native_probe", False)
+        if native or jit_lib.replicas_in_sync(model) == 1:
             self._probes = ModelProbes.of(model)
             config = (info.enabled, int(model.steps_per_execution or 1))
             for function in ("train", "test"):
@@ -230,9 +231,10 @@ class XLATuner(keras.callbacks.Callback):
             if self._jit_on:
                 tracker = self._probes.tracker
                 record.new = [
-                    i
-                    for i, sig in enumerate(record.signatures)
-                    if tracker.observe(function, sig)
+                    (i, r)
+                    for i, step in enumerate(record.signatures)
+                    for r, sig in enumerate(step)
+                    if tracker.observe(function, sig, r)
                 ]
         self._records[function].append(record)
 
@@ -294,44 +296,50 @@ class XLATuner(keras.callbacks.Callback):
         if stats.steady_steps:
             self._medians[function] = stats.median_seconds
         compilations, compile_s, recompiles = 0, 0.0, 0
-        compiled = (
-            self._probes.tracker.compiled(function) if self._probes else []
-        )
-        position = {sig: i for i, sig in enumerate(compiled)}
+        histories = {}
+
+        def history(replica):
+            # Signatures compiled before, and where each one sits.
+            if replica not in histories:
+                compiled = self._probes.tracker.compiled(function, replica)
+                index = {sig: i for i, sig in enumerate(compiled)}
+                histories[replica] = (compiled, index)
+            return histories[replica]
+
         for r_index, record in enumerate(records):
             if not record.new:
                 continue
             seconds = estimate_compile_seconds(record, stats.median_seconds)
-            for index in record.new:
+            explained = set()
+            for index, replica in record.new:
                 compilations += 1
                 compile_s += seconds
-                sig = record.signatures[index]
+                sig = record.signatures[index][replica]
+                compiled, position = history(replica)
                 previous = compiled[: position[sig]]
+                step = record.first_step + index
                 self._report.compile_log.append(
                     Compilation(
                         function=function,
                         epoch=self._epoch,
-                        step=record.first_step + index,
+                        step=step,
                         shapes={t.path: list(t.shape) for t in sig.tensors},
                         compile_seconds=round(seconds, 4),
                         first=not previous,
                         started_at=round(record.started_at, 6),
+                        replica=replica,
                     )
                 )
                 if not previous:
-                    continue  # a function's first compilation
+                    continue  # the function's first compilation
                 recompiles += 1
+                if sig.tensors in explained:
+                    continue  # the same shapes on another replica
+                explained.add(sig.tensors)
                 last = r_index == len(records) - 1 and index == (
                     len(record.signatures) - 1
                 )
-                self._explain(
-                    function,
-                    record.first_step + index,
-                    previous,
-                    sig,
-                    last,
-                    seconds,
-                )
+                self._explain(function, step, previous, sig, last, seconds)
         result = self._epoch_results.setdefault(
             function,
             {"compilations": 0, "compile_seconds": 0.0, "recompilations": 0},

@@ -25,9 +25,9 @@ def test_probe_records_concrete_shapes_inside_xla():
     fn = step.get_concrete_function(*spec)
     for n in (4, 4, 2):
         fn(tf.zeros([n, 3]), tf.zeros([n], tf.int32))
-        sigs = probe.read_new()
-        assert len(sigs) == 1
-        assert [(t.path, t.shape, t.dtype) for t in sigs[0].tensors] == [
+        steps = probe.read_new()
+        assert len(steps) == 1 and len(steps[0]) == 1  # one step, replica
+        assert [(t.path, t.shape, t.dtype) for t in steps[0][0].tensors] == [
             ("x", (n, 3), "float32"),
             ("y", (n,), "int32"),
         ]
@@ -51,9 +51,9 @@ def test_probe_keeps_every_step_of_a_multi_step_call():
 
     it = iter(data)
     several(it)
-    sizes = [s.tensors[0].shape[0] for s in probe.read_new()]
+    sizes = [s.tensors[0].shape[0] for (s,) in probe.read_new()]
     assert sizes == [1, 2, 3, 1]
     several(it)
-    sizes = [s.tensors[0].shape[0] for s in probe.read_new()]
+    sizes = [s.tensors[0].shape[0] for (s,) in probe.read_new()]
     assert sizes == [2, 3, 1, 2]
     assert np.all(probe._rows.numpy()[:, 0] > 0)

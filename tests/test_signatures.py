@@ -19,7 +19,9 @@ def test_tracker_counts_each_signature_once_per_function():
     assert tracker.observe("train", a) is False
     assert tracker.observe("train", b) is True
     assert tracker.observe("test", a) is True
+    assert tracker.observe("train", a, replica=1) is True
     assert tracker.compiled("train") == [a, b]
+    assert tracker.compiled("train", replica=1) == [a]
     tracker.reset("train")
     assert tracker.compiled("train") == []
     assert tracker.observe("train", a) is True

@@ -10,10 +10,9 @@ from keras_xla.timing import (
 
 
 def rec(seconds, new=(), batch=10, steps=1, trace=0.0):
-    sigs = [
-        Signature(0, (TensorSignature("x", (batch, 2), "float32"),))
-    ] * steps
-    return StepRecord("train", 0, seconds, sigs, list(new), trace)
+    sig = Signature(0, (TensorSignature("x", (batch, 2), "float32"),))
+    new = [(i, 0) for i in new]
+    return StepRecord("train", 0, seconds, [(sig,)] * steps, new, trace)
 
 
 def test_percentile_interpolates():

@@ -1,0 +1,431 @@
+"""XLAModel: a keras.Model whose train step is compiled per replica.
+
+Keras 3 on TensorFlow compiles `strategy.run(step)` as one XLA cluster.
+Under `tf.distribute.MirroredStrategy` with `jit_compile=True` that fails
+("Trying to access resource ... located in device CPU:1 from device
+CPU:0"), and `jit_compile="auto"` turns XLA off under any strategy.
+`XLAModel` compiles inside each replica instead: the forward pass, the loss
+and the gradients form one XLA cluster per replica, and the gradient
+all-reduce and the optimizer update run after it, outside the cluster, as
+Keras's optimizer does them. Without a strategy the same code runs on one
+device.
+
+It also carries the shape probe natively (so `XLATuner` counts compilations
+per replica without wrapping the step) and accumulates gradients over
+micro-batches inside one compiled step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import tensorflow as tf
+from keras.src.losses import loss as loss_module
+from keras.src.models.functional import Functional
+from keras.src.models.model import Trainer, functional_init_arguments
+from keras.src.trainers.data_adapters import data_adapter_utils
+
+
+@keras.saving.register_keras_serializable(package="keras_xla")
+class XLAModel(keras.Model):
+    """A `keras.Model` whose train and test steps compile per replica.
+
+    Use it exactly like `keras.Model`: functional
+    (`XLAModel(inputs, outputs)`), subclassed (`class Net(XLAModel)`), or
+    wrapping an existing functional model (`XLAModel.from_model(resnet)`).
+    Under a strategy, build it inside `strategy.scope()`.
+
+    XLA is on by default: `compile(jit_compile="auto")` (Keras's default)
+    resolves to on for an `XLAModel` whenever the model supports XLA, also
+    on CPU-only machines and under a strategy. Pass `jit_compile=False` to
+    turn it off.
+
+    Args:
+        accumulation_steps: Split each batch into this many equal
+            micro-batches inside the compiled step and average their
+            gradients, so a large effective batch fits in memory with one
+            compilation. Must divide the batch size. Layers with batch
+            statistics (BatchNormalization) see micro-batches. Defaults to
+            `1`.
+        *args, **kwargs: As for `keras.Model`.
+
+    Example:
+
+    ```python
+    strategy = tf.distribute.MirroredStrategy()
+    with strategy.scope():
+        model = keras_xla.XLAModel(inputs, outputs)
+        model.compile("adam", "sparse_categorical_crossentropy")
+    model.fit(ds, epochs=3, callbacks=[keras_xla.XLATuner()])
+    ```
+    """
+
+    # Read by keras_xla.jit and keras_xla.probe.
+    _keras_xla_per_replica = True
+    _keras_xla_native_probe = True
+
+    def __new__(cls, *args: Any, **kwargs: Any):
+        if functional_init_arguments(args, kwargs):
+            cls = _functional_variant(cls)
+        return super().__new__(cls, *args, **kwargs)
+
+    def __init__(self, *args: Any, accumulation_steps: int = 1, **kwargs):
+        if functional_init_arguments(args, kwargs):
+            # What keras.Model.__init__ does for functional arguments, but
+            # without rewriting the bases of XLAModel itself (Keras injects
+            # Functional into every base class of a functional subclass).
+            if not isinstance(self, Functional):
+                self.__class__ = _functional_variant(type(self))
+            Trainer.__init__(self)
+            Functional.__init__(self, *args, **kwargs)
+        else:
+            super().__init__(*args, **kwargs)
+        if (
+            isinstance(accumulation_steps, bool)
+            or not isinstance(accumulation_steps, int)
+            or accumulation_steps < 1
+        ):
+            raise ValueError(
+                "Unsupported value "
+                f"`XLAModel(accumulation_steps={accumulation_steps!r})`: "
+                "pass a positive int that divides the batch size."
+            )
+        self.accumulation_steps = accumulation_steps
+        self._compiled_steps: dict[str, Any] = {}
+
+    @classmethod
+    def from_model(
+        cls, model: keras.Model, accumulation_steps: int = 1
+    ) -> XLAModel:
+        """Wraps a functional model (e.g. `keras.applications.ResNet50`).
+
+        The new model shares the layers, and so the weights, of `model`.
+        """
+        if not isinstance(model, Functional):
+            raise ValueError(
+                f"XLAModel.from_model() needs a functional model; got "
+                f"{type(model).__name__}. Subclass XLAModel instead of "
+                "keras.Model for subclassed models."
+            )
+        return cls(
+            inputs=model.inputs,
+            outputs=model.outputs,
+            name=model.name,
+            accumulation_steps=accumulation_steps,
+        )
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config["accumulation_steps"] = self.accumulation_steps
+        return config
+
+    # Keras builds `one_step_on_data` with `jit_compile=self.jit_compile`
+    # around `strategy.run`; that outer cluster is what fails under a
+    # strategy. Build the outer function without XLA and compile inside.
+
+    def make_train_function(self, force: bool = False):
+        if self.train_function is not None and not force:
+            return self.train_function
+        with _outer_jit_off(self):
+            super().make_train_function(force=True)
+        self._compiled_steps.pop("train", None)
+        return self.train_function
+
+    def make_test_function(self, force: bool = False):
+        if self.test_function is not None and not force:
+            return self.test_function
+        with _outer_jit_off(self):
+            super().make_test_function(force=True)
+        self._compiled_steps.pop("test", None)
+        return self.test_function
+
+    def _resolve_auto_jit_compile(self) -> bool:
+        from keras.src.trainers.trainer import model_supports_jit
+
+        return bool(model_supports_jit(self))
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        # Keras reduces a sample batch across replicas eagerly to learn its
+        # shapes, which fails under MultiWorkerMirroredStrategy ("Attempt
+        # to convert a value (PerReplica...)"). One replica's local batch
+        # has the shapes the build needs.
+        if self._distribute_strategy is None or iterator is None:
+            return super()._maybe_symbolic_build(iterator, data_batch)
+        strategy = self.distribute_strategy
+        for _, _, it in iterator:
+            batch = next(it)
+            break
+
+        def local(value):
+            if isinstance(value, tf.distribute.DistributedValues):
+                return strategy.experimental_local_results(value)[0]
+            return value
+
+        data_batch = _map(local, batch)
+        with strategy.scope():
+            self._symbolic_build(data_batch=data_batch)
+
+    def fit(self, *args, **kwargs):
+        batch_size = kwargs.get("batch_size")
+        if batch_size is None and len(args) > 2:
+            batch_size = args[2]
+        k = self.accumulation_steps
+        if isinstance(batch_size, int) and batch_size % k:
+            raise ValueError(
+                f"`accumulation_steps={k}` does not divide "
+                f"`batch_size={batch_size}`: pick a batch size that is a "
+                f"multiple of {k}."
+            )
+        return super().fit(*args, **kwargs)
+
+    # The steps run in replica context. With several replicas only the
+    # forward and backward pass is compiled; the update runs after the
+    # optimizer's all-reduce, outside the XLA cluster.
+
+    def train_step(self, data):
+        x, _, _ = data_adapter_utils.unpack_x_y_sample_weight(data)
+        self._check_divisible(x)
+        if self._single_replica():
+            # One device: compile the whole step, optimizer included, as
+            # Keras does; nothing needs to cross devices.
+            return self._step_fn("train", self._train_and_update)(data)
+        loss, y_pred, grads = self._step_fn("train", self._forward_backward)(
+            data
+        )
+        return self._reducible(self._update(data, loss, y_pred, grads))
+
+    def test_step(self, data):
+        if self._single_replica():
+            return self._step_fn("test", self._test_and_update)(data)
+        loss, y_pred = self._step_fn("test", self._forward)(data)
+        return self._reducible(self._update(data, loss, y_pred))
+
+    def _single_replica(self) -> bool:
+        return self.distribute_strategy.num_replicas_in_sync == 1
+
+    def _train_and_update(self, data):
+        loss, y_pred, grads = self._forward_backward(data)
+        return self._update(data, loss, y_pred, grads)
+
+    def _test_and_update(self, data):
+        loss, y_pred = self._forward(data)
+        return self._update(data, loss, y_pred)
+
+    def _update(self, data, loss, y_pred, grads=None):
+        """Loss tracker, optimizer and metrics: the part of a step that
+        runs after the all-reduce under a strategy."""
+        x, y, sample_weight = data_adapter_utils.unpack_x_y_sample_weight(data)
+        self._loss_tracker.update_state(
+            loss_module.unscale_loss_for_distribution(loss),
+            sample_weight=tf.shape(tf.nest.flatten(x)[0])[0],
+        )
+        if grads is not None and self.trainable_weights:
+            self.optimizer.apply_gradients(zip(grads, self.trainable_weights))
+        return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+
+    def _reducible(self, logs):
+        # Under MultiWorkerMirroredStrategy Keras reduces step outputs with
+        # `strategy.reduce("MEAN", v, axis=0)`, which fails on scalars.
+        # Metric results are equal on every replica; give them a length-1
+        # axis so the mean over replicas and that axis is the value itself.
+        from keras.src.backend.tensorflow.trainer import (
+            _collective_all_reduce_multi_worker,
+        )
+
+        if not _collective_all_reduce_multi_worker(self.distribute_strategy):
+            return logs
+        return tf.nest.map_structure(
+            lambda v: tf.reshape(v, [1]) if v.shape.rank == 0 else v, logs
+        )
+
+    def _step_fn(self, function: str, body):
+        """The (compiled, probed) `body` for `function`, built once per
+        train/test function."""
+        fn = self._compiled_steps.get(function)
+        if fn is None:
+
+            @tf.autograph.experimental.do_not_convert
+            def probed(data):
+                self._record_probe(function, data)
+                return body(data)
+
+            if self.jit_compile:
+                fn = tf.function(
+                    probed, jit_compile=True, reduce_retracing=True
+                )
+            else:
+                fn = probed
+            self._compiled_steps[function] = fn
+        return fn
+
+    def _record_probe(self, function: str, data) -> None:
+        probes = self.__dict__.get("_keras_xla_probes")
+        probe = probes.probe(function) if probes is not None else None
+        if probe is not None:
+            probe.record_guarded(data)
+
+    def _forward(self, data):
+        x, y, sample_weight = data_adapter_utils.unpack_x_y_sample_weight(data)
+        y_pred = self._call(x, training=False)
+        loss = self._compute_loss(
+            x=x,
+            y=y,
+            y_pred=y_pred,
+            sample_weight=sample_weight,
+            training=False,
+        )
+        return loss, y_pred
+
+    def _forward_backward(self, data):
+        if self.accumulation_steps == 1:
+            return self._loss_and_grads(data)
+        return self._accumulate(data)
+
+    def _loss_and_grads(self, data):
+        x, y, sample_weight = data_adapter_utils.unpack_x_y_sample_weight(data)
+        with tf.GradientTape() as tape:
+            y_pred = self._call(x, training=True)
+            loss = self._compute_loss(
+                x=x,
+                y=y,
+                y_pred=y_pred,
+                sample_weight=sample_weight,
+                training=True,
+            )
+            scaled = (
+                self.optimizer.scale_loss(loss)
+                if self.optimizer is not None
+                else loss
+            )
+        # Read after the call: a subclassed model builds its weights there.
+        weights = self.trainable_weights
+        grads = tape.gradient(scaled, weights) if weights else []
+        return loss, y_pred, grads
+
+    def _accumulate(self, data):
+        """Gradients of the whole batch as the mean over `k` micro-batches.
+
+        Micro-batch 0 runs first (it gives the structure of `y_pred`), the
+        other `k - 1` in a `tf.while_loop` over static-size slices: one
+        compilation, no Python loop unrolled per micro-batch.
+        """
+        k = self.accumulation_steps
+        micro = _map(lambda t: _split(t, k), data)
+        loss, y_pred, grads = self._loss_and_grads(_map(lambda t: t[0], micro))
+        losses = tf.TensorArray(tf.float32, size=k).write(
+            0, tf.cast(loss, tf.float32)
+        )
+        preds = tf.nest.map_structure(
+            lambda p: tf.TensorArray(
+                p.dtype, size=k, element_shape=p.shape
+            ).write(0, p),
+            y_pred,
+        )
+        acc = list(grads)
+
+        def body(i, losses, preds, acc):
+            part = _map(lambda t: t[i], micro)
+            loss, y_pred, grads = self._loss_and_grads(part)
+            losses = losses.write(i, tf.cast(loss, tf.float32))
+            preds = tf.nest.map_structure(
+                lambda ta, p: ta.write(i, p), preds, y_pred
+            )
+            acc = [a + tf.cast(g, a.dtype) for a, g in zip(acc, grads)]
+            return i + 1, losses, preds, acc
+
+        _, losses, preds, acc = tf.while_loop(
+            lambda i, *_: i < k,
+            body,
+            [tf.constant(1), losses, preds, acc],
+        )
+        y_pred = tf.nest.map_structure(lambda ta: _merge(ta.stack()), preds)
+        grads = [a / k for a in acc]
+        return tf.reduce_mean(losses.stack()), y_pred, grads
+
+    def _call(self, x, training):
+        if self._call_has_training_arg:
+            return self(x, training=training)
+        return self(x)
+
+    def _check_divisible(self, x) -> None:
+        k = self.accumulation_steps
+        if k == 1:
+            return
+        batch = tf.nest.flatten(x)[0].shape[0]
+        if batch is not None and batch % k:
+            raise ValueError(
+                f"`accumulation_steps={k}` does not divide the batch size "
+                f"{batch}: pick a batch size that is a multiple of {k}."
+            )
+        if batch is None:
+            # Shapes are only known at run time (e.g. a partial last
+            # batch); this check runs outside the XLA cluster.
+            size = tf.shape(tf.nest.flatten(x)[0])[0]
+            tf.debugging.assert_equal(
+                size % k,
+                0,
+                message=(
+                    f"accumulation_steps={k} does not divide this batch's "
+                    "size (a partial last batch?): batch with "
+                    "drop_remainder=True or keras_xla.data.pad_batches"
+                ),
+            )
+
+
+_FUNCTIONAL_VARIANTS: dict[type, type] = {}
+
+
+def _functional_variant(cls: type) -> type:
+    """`cls` with Functional mixed in, under the same name, module and
+    registered name, made once per class."""
+    if issubclass(cls, Functional):
+        return cls
+    variant = _FUNCTIONAL_VARIANTS.get(cls)
+    if variant is None:
+        variant = type(
+            cls.__name__,
+            (cls, Functional),
+            {"__module__": cls.__module__, "__qualname__": cls.__qualname__},
+        )
+        registered = keras.saving.get_registered_name(cls)
+        if ">" in registered:
+            # Saved models name the variant as the registered class does.
+            package, name = registered.split(">", 1)
+            keras.saving.register_keras_serializable(package, name)(variant)
+        _FUNCTIONAL_VARIANTS[cls] = variant
+    return variant
+
+
+class _outer_jit_off:
+    def __init__(self, model):
+        self.model = model
+
+    def __enter__(self):
+        self.saved = self.model._jit_compile
+        self.model._jit_compile = False
+
+    def __exit__(self, *exc):
+        self.model._jit_compile = self.saved
+        return False
+
+
+def _map(fn, structure):
+    # Keras batches hold None for a missing y or sample_weight.
+    return tf.nest.map_structure(
+        lambda t: None if t is None else fn(t), structure
+    )
+
+
+def _split(t, k):
+    shape = tf.shape(t)
+    out = tf.reshape(t, tf.concat([[k, shape[0] // k], shape[1:]], 0))
+    static = t.shape.as_list()
+    batch = static[0] // k if static and static[0] is not None else None
+    out.set_shape([k, batch] + static[1:])
+    return out
+
+
+def _merge(t):
+    shape = tf.shape(t)
+    return tf.reshape(t, tf.concat([[shape[0] * shape[1]], shape[2:]], 0))
