@@ -85,6 +85,8 @@ class Compilation:
     first: bool
     started_at: float = 0.0
     replica: int = 0
+    finished_at: float = 0.0
+    cache: str | None = None
 
 
 @dataclasses.dataclass
@@ -100,6 +102,8 @@ class EpochStats:
     examples_per_second: float | None
     examples_per_second_overall: float | None = None
     by_function: dict = dataclasses.field(default_factory=dict)
+    compile_cache_hits: int | None = None
+    compile_cache_misses: int | None = None
 
 
 @dataclasses.dataclass
@@ -112,6 +116,7 @@ class XLAReport:
     recompilations: list = dataclasses.field(default_factory=list)
     findings: list = dataclasses.field(default_factory=list)
     compile_log: list = dataclasses.field(default_factory=list)
+    compile_cache: dict | None = None
 
     @property
     def total_compilations(self) -> int:
@@ -135,6 +140,7 @@ class XLAReport:
             ],
             "findings": [dataclasses.asdict(f) for f in self.findings],
             "compile_log": [dataclasses.asdict(c) for c in self.compile_log],
+            "compile_cache": self.compile_cache,
         }
 
     def to_json(self) -> str:

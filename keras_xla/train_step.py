@@ -26,6 +26,12 @@ from keras.src.models.functional import Functional
 from keras.src.models.model import Trainer, functional_init_arguments
 from keras.src.trainers.data_adapters import data_adapter_utils
 
+from keras_xla.accumulation import (
+    accumulate_gradients,
+    check_divisible,
+    map_present,
+)
+
 
 @keras.saving.register_keras_serializable(package="keras_xla")
 class XLAModel(keras.Model):
@@ -162,7 +168,7 @@ class XLAModel(keras.Model):
                 return strategy.experimental_local_results(value)[0]
             return value
 
-        data_batch = _map(local, batch)
+        data_batch = map_present(local, batch)
         with strategy.scope():
             self._symbolic_build(data_batch=data_batch)
 
@@ -303,74 +309,18 @@ class XLAModel(keras.Model):
         grads = tape.gradient(scaled, weights) if weights else []
         return loss, y_pred, grads
 
-    def _accumulate(self, data):
-        """Gradients of the whole batch as the mean over `k` micro-batches.
-
-        Micro-batch 0 runs first (it gives the structure of `y_pred`), the
-        other `k - 1` in a `tf.while_loop` over static-size slices: one
-        compilation, no Python loop unrolled per micro-batch.
-        """
-        k = self.accumulation_steps
-        micro = _map(lambda t: _split(t, k), data)
-        loss, y_pred, grads = self._loss_and_grads(_map(lambda t: t[0], micro))
-        losses = tf.TensorArray(tf.float32, size=k).write(
-            0, tf.cast(loss, tf.float32)
-        )
-        preds = tf.nest.map_structure(
-            lambda p: tf.TensorArray(
-                p.dtype, size=k, element_shape=p.shape
-            ).write(0, p),
-            y_pred,
-        )
-        acc = list(grads)
-
-        def body(i, losses, preds, acc):
-            part = _map(lambda t: t[i], micro)
-            loss, y_pred, grads = self._loss_and_grads(part)
-            losses = losses.write(i, tf.cast(loss, tf.float32))
-            preds = tf.nest.map_structure(
-                lambda ta, p: ta.write(i, p), preds, y_pred
-            )
-            acc = [a + tf.cast(g, a.dtype) for a, g in zip(acc, grads)]
-            return i + 1, losses, preds, acc
-
-        _, losses, preds, acc = tf.while_loop(
-            lambda i, *_: i < k,
-            body,
-            [tf.constant(1), losses, preds, acc],
-        )
-        y_pred = tf.nest.map_structure(lambda ta: _merge(ta.stack()), preds)
-        grads = [a / k for a in acc]
-        return tf.reduce_mean(losses.stack()), y_pred, grads
-
     def _call(self, x, training):
         if self._call_has_training_arg:
             return self(x, training=training)
         return self(x)
 
+    def _accumulate(self, data):
+        return accumulate_gradients(
+            self._loss_and_grads, data, self.accumulation_steps
+        )
+
     def _check_divisible(self, x) -> None:
-        k = self.accumulation_steps
-        if k == 1:
-            return
-        batch = tf.nest.flatten(x)[0].shape[0]
-        if batch is not None and batch % k:
-            raise ValueError(
-                f"`accumulation_steps={k}` does not divide the batch size "
-                f"{batch}: pick a batch size that is a multiple of {k}."
-            )
-        if batch is None:
-            # Shapes are only known at run time (e.g. a partial last
-            # batch); this check runs outside the XLA cluster.
-            size = tf.shape(tf.nest.flatten(x)[0])[0]
-            tf.debugging.assert_equal(
-                size % k,
-                0,
-                message=(
-                    f"accumulation_steps={k} does not divide this batch's "
-                    "size (a partial last batch?): batch with "
-                    "drop_remainder=True or keras_xla.data.pad_batches"
-                ),
-            )
+        check_divisible(x, self.accumulation_steps)
 
 
 _FUNCTIONAL_VARIANTS: dict[type, type] = {}
@@ -408,24 +358,3 @@ class _outer_jit_off:
     def __exit__(self, *exc):
         self.model._jit_compile = self.saved
         return False
-
-
-def _map(fn, structure):
-    # Keras batches hold None for a missing y or sample_weight.
-    return tf.nest.map_structure(
-        lambda t: None if t is None else fn(t), structure
-    )
-
-
-def _split(t, k):
-    shape = tf.shape(t)
-    out = tf.reshape(t, tf.concat([[k, shape[0] // k], shape[1:]], 0))
-    static = t.shape.as_list()
-    batch = static[0] // k if static and static[0] is not None else None
-    out.set_shape([k, batch] + static[1:])
-    return out
-
-
-def _merge(t):
-    shape = tf.shape(t)
-    return tf.reshape(t, tf.concat([[shape[0] * shape[1]], shape[2:]], 0))

@@ -2,9 +2,9 @@
 
 The callback is a thin conductor: `jit.py` decides whether XLA can be on,
 `probe.py` records each step's concrete signature inside the compiled step,
-`signatures.py` explains new ones, `timing.py` turns wall times into
-statistics and compile-time estimates, `summaries.py` and `report.py` write
-the results.
+`accounting.py` turns step records into statistics, compile estimates,
+explanations and findings, `compile_cache.py` labels cache hits, and
+`summaries.py` and `report.py` write the results.
 """
 
 from __future__ import annotations
@@ -12,36 +12,24 @@ from __future__ import annotations
 import logging
 import os
 import time
-import warnings
 from typing import Any
 
 import keras
 from keras.src.utils import io_utils
 
+from keras_xla import compile_cache as cache_lib
 from keras_xla import jit as jit_lib
+from keras_xla.accounting import Accountant, XLARecompilationWarning
 from keras_xla.probe import ModelProbes
-from keras_xla.report import (
-    Compilation,
-    EpochStats,
-    Finding,
-    Recompilation,
-    XLAReport,
-)
-from keras_xla.signatures import FINDING_CODES, describe, explain, fix_for
+from keras_xla.report import EpochStats, XLAReport
 from keras_xla.summaries import FINDINGS_TAG, SummaryWriter
-from keras_xla.timing import (
-    StepRecord,
-    estimate_compile_seconds,
-    run_statistics,
-)
+from keras_xla.timing import StepRecord
 
 logger = logging.getLogger(__name__)
 
 TUNER_ERROR = "tuner-error"
 
-
-class XLARecompilationWarning(UserWarning):
-    """XLA compiled a step again because an input's shape or dtype drifted."""
+__all__ = ["XLARecompilationWarning", "XLATuner"]
 
 
 class XLATuner(keras.callbacks.Callback):
@@ -67,12 +55,16 @@ class XLATuner(keras.callbacks.Callback):
       time over the steps that did not compile.
     - `xla/examples_per_second`: train examples per second over those steps.
     - `xla/findings` (text): the findings as a Markdown table.
+    - With `compile_cache`: `xla/compile_cache_hits` and
+      `xla/compile_cache_misses`, compilations served from the persistent
+      cache and compiled afresh.
 
     Finding codes: `partial-last-batch`, `batch-size-change`,
     `dynamic-dimension`, `dtype-change`, `rank-change`, `new-input`,
     `removed-input`, `retrace`, `jit-disabled-by-layer`,
     `jit-disabled-by-determinism`, `jit-disabled-run-eagerly`,
-    `jit-disabled-by-strategy`, `jit-disabled-by-backend`, `tuner-error`.
+    `jit-disabled-by-strategy`, `jit-disabled-by-backend`,
+    `compile-cache-inactive`, `tuner-error`.
 
     The report (`tuner.report`) is also written to
     `<log_dir>/xla_report.json` at every epoch end and at train end.
@@ -89,6 +81,12 @@ class XLATuner(keras.callbacks.Callback):
             findings. Defaults to `False`.
         verbose: `1` prints a summary table at the end of training, `0`
             only logs it. Defaults to `1`.
+        compile_cache: A directory for XLA's persistent compile cache, so a
+            restarted run (or another worker or trial) loads compiled steps
+            instead of compiling them. Enabled when the tuner is
+            constructed, which must happen before the first XLA
+            compilation of the process; the report marks each compilation
+            as a cache hit or miss. Defaults to `None`.
 
     Example:
 
@@ -109,6 +107,7 @@ class XLATuner(keras.callbacks.Callback):
         jit_compile: bool | None = True,
         strict: bool = False,
         verbose: int = 1,
+        compile_cache: str | os.PathLike | None = None,
     ) -> None:
         super().__init__()
         if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
@@ -130,6 +129,13 @@ class XLATuner(keras.callbacks.Callback):
         self.jit_compile = jit_compile
         self.strict = bool(strict)
         self.verbose = verbose
+        self.compile_cache = None
+        self._cache_status = None
+        if compile_cache is not None:
+            # Now, not in on_train_begin: TensorFlow reads the flag at the
+            # first XLA compilation of the process.
+            self._cache_status = cache_lib.enable_compile_cache(compile_cache)
+            self.compile_cache = self._cache_status.directory
         self._report = XLAReport()
         self._active = False
         self._writer = None
@@ -171,13 +177,10 @@ class XLATuner(keras.callbacks.Callback):
     def _reset(self) -> None:
         # Allow instances to be re-used across fit calls.
         self._report = XLAReport()
+        self._accountant = Accountant(self._report, None)
         self._active = False
         self._open = None
-        self._epoch = 0
         self._records = {"train": [], "test": []}
-        self._epoch_results = {}
-        self._medians = {}
-        self._findings = {}
         self._writer = SummaryWriter(self.log_dir) if self.log_dir else None
         # Unix time = perf_counter() + offset, without a second clock read
         # per step.
@@ -192,16 +195,40 @@ class XLATuner(keras.callbacks.Callback):
             code, reason, fix = cause
             if self.strict and self.jit_compile:
                 raise ValueError(f"XLA cannot be enabled: {reason}. {fix}")
-            self._add_finding(code, "warning", f"XLA is off: {reason}.", fix)
+            self._accountant.add_finding(
+                code, "warning", f"XLA is off: {reason}.", fix
+            )
+        self._cache_begin()
         self._jit_on = info.enabled
         self._probes = None
         native = getattr(model, "_keras_xla_native_probe", False)
         if native or jit_lib.replicas_in_sync(model) == 1:
             self._probes = ModelProbes.of(model)
+            self._accountant.tracker = self._probes.tracker
             config = (info.enabled, int(model.steps_per_execution or 1))
             for function in ("train", "test"):
                 self._probes.prepare(model, function, config)
         self._active = True
+
+    def _cache_begin(self) -> None:
+        status = self._cache_status
+        if status is None:
+            return
+        self._report.compile_cache = {
+            "directory": status.directory,
+            "active": status.active,
+            "entries_at_start": status.entries,
+            "hits": 0,
+            "misses": 0,
+        }
+        if not status.active:
+            self._accountant.add_finding(
+                cache_lib.INACTIVE_CODE,
+                "warning",
+                status.message,
+                "Create the XLATuner (or call "
+                "keras_xla.enable_compile_cache) before the first fit.",
+            )
 
     # Per-step work: kept to a clock read and one small variable read.
 
@@ -238,207 +265,68 @@ class XLATuner(keras.callbacks.Callback):
                 ]
         self._records[function].append(record)
 
-    # Epoch and validation ends: statistics, explanations, outputs.
+    # Epoch and validation ends.
 
     def _epoch_begin(self, epoch: int) -> None:
-        self._epoch = epoch
+        self._accountant.start_epoch(epoch)
         self._records = {"train": [], "test": []}
-        self._epoch_results = {}
+        self._cache_before = (
+            cache_lib.cache_entries(self.compile_cache)
+            if self.compile_cache
+            else {}
+        )
 
     def _test_end(self) -> None:
         if not self._active:
             return
         self._close_step()
-        self._finish_run("test")
+        records, self._records["test"] = self._records["test"], []
+        self._accountant.finish_run("test", records, self._records["train"])
 
     def _epoch_end(self, epoch: int) -> None:
         if not self._active:
             return
         self._close_step()
-        train = self._finish_run("train")
-        test = self._epoch_results.get("test", {})
-        stats = train["stats"]
-        compilations = train["compilations"] + test.get("compilations", 0)
-        compile_s = train["compile_seconds"] + test.get("compile_seconds", 0)
-        recompiles = train["recompilations"] + test.get("recompilations", 0)
-        epoch_stats = EpochStats(
-            epoch=epoch,
-            steps=stats.steps,
-            compilations=compilations,
-            compile_seconds=round(compile_s, 4),
-            recompilations=recompiles,
-            step_time_ms={
-                "median": _ms(stats.median_seconds),
-                "p90": _ms(stats.p90_seconds),
-            },
-            examples_per_second=_round(stats.examples_per_second),
-            examples_per_second_overall=_round(
-                stats.examples_per_second_overall
-            ),
-            by_function={
-                name: {k: v for k, v in result.items() if k != "stats"}
-                for name, result in (("train", train), ("test", test))
-                if result
-            },
+        records, self._records["train"] = self._records["train"], []
+        stats = self._accountant.finish_epoch(records)
+        self._cache_epoch(stats)
+        self._write_epoch(stats)
+
+    def _cache_epoch(self, stats: EpochStats) -> None:
+        if not self.compile_cache or not self._cache_status.active:
+            return
+        compiled = [
+            c for c in self._report.compile_log if c.epoch == stats.epoch
+        ]
+        cache_lib.label_cache_use(
+            compiled, self._cache_before, self.compile_cache
         )
-        self._report.epochs.append(epoch_stats)
-        # Validation finishes before the epoch: restore time order.
-        self._report.compile_log.sort(key=lambda c: c.started_at)
-        self._write_epoch(epoch_stats)
-
-    def _finish_run(self, function: str) -> dict:
-        """Statistics, compile estimates and recompilation entries for the
-        records of one function since the last call; merges them into this
-        epoch's results."""
-        records = self._records[function]
-        self._records[function] = []
-        stats = run_statistics(records, self._reference_median(function))
-        if stats.steady_steps:
-            self._medians[function] = stats.median_seconds
-        compilations, compile_s, recompiles = 0, 0.0, 0
-        histories = {}
-
-        def history(replica):
-            # Signatures compiled before, and where each one sits.
-            if replica not in histories:
-                compiled = self._probes.tracker.compiled(function, replica)
-                index = {sig: i for i, sig in enumerate(compiled)}
-                histories[replica] = (compiled, index)
-            return histories[replica]
-
-        for r_index, record in enumerate(records):
-            if not record.new:
-                continue
-            seconds = estimate_compile_seconds(record, stats.median_seconds)
-            explained = set()
-            for index, replica in record.new:
-                compilations += 1
-                compile_s += seconds
-                sig = record.signatures[index][replica]
-                compiled, position = history(replica)
-                previous = compiled[: position[sig]]
-                step = record.first_step + index
-                self._report.compile_log.append(
-                    Compilation(
-                        function=function,
-                        epoch=self._epoch,
-                        step=step,
-                        shapes={t.path: list(t.shape) for t in sig.tensors},
-                        compile_seconds=round(seconds, 4),
-                        first=not previous,
-                        started_at=round(record.started_at, 6),
-                        replica=replica,
-                    )
-                )
-                if not previous:
-                    continue  # the function's first compilation
-                recompiles += 1
-                if sig.tensors in explained:
-                    continue  # the same shapes on another replica
-                explained.add(sig.tensors)
-                last = r_index == len(records) - 1 and index == (
-                    len(record.signatures) - 1
-                )
-                self._explain(function, step, previous, sig, last, seconds)
-        result = self._epoch_results.setdefault(
-            function,
-            {"compilations": 0, "compile_seconds": 0.0, "recompilations": 0},
-        )
-        result["compilations"] += compilations
-        result["compile_seconds"] = round(
-            result["compile_seconds"] + compile_s, 4
-        )
-        result["recompilations"] += recompiles
-        result["stats"] = stats
-        return result
-
-    def _reference_median(self, function: str) -> float | None:
-        """Per-step time to compare compiled steps with when a run has no
-        step that did not compile (a two-batch validation run): the
-        function's last steady median, else this epoch's train median (a
-        test step does less work than a train step)."""
-        if function in self._medians:
-            return self._medians[function]
-        if function != "train" and self._records["train"]:
-            stats = run_statistics(self._records["train"])
-            if stats.steady_steps:
-                return stats.median_seconds
-        return self._medians.get("train")
-
-    def _explain(self, function, step, previous, sig, last, seconds):
-        change, changes = explain(previous, sig, last)
-        fix = fix_for(change)
-        message = describe(change, function, changes)
-        self._report.recompilations.append(
-            Recompilation(
-                function=function,
-                epoch=self._epoch,
-                step=step,
-                input=change.input,
-                dim=change.dim,
-                before=change.before,
-                after=change.after,
-                cause=change.cause,
-                compile_seconds=round(seconds, 4),
-                message=f"{message} Recompiled in {seconds:.2f} s.",
-                fix=fix,
-                changes=[
-                    {
-                        "input": c.input,
-                        "dim": c.dim,
-                        "before": c.before,
-                        "after": c.after,
-                        "cause": c.cause,
-                    }
-                    for c in changes
-                ],
+        stats.compile_cache_hits = sum(c.cache == "hit" for c in compiled)
+        stats.compile_cache_misses = sum(c.cache == "miss" for c in compiled)
+        summary = self._report.compile_cache
+        summary["hits"] += stats.compile_cache_hits
+        summary["misses"] += stats.compile_cache_misses
+        summary.update(
+            cache_lib.record_compile_times(
+                self.compile_cache, self._report.compile_log
             )
         )
-        key = (function, change.input, change.dim, change.cause)
-        self._add_finding(
-            FINDING_CODES[change.cause], "warning", message, fix, key, seconds
-        )
-
-    def _add_finding(
-        self, code, severity, message, fix, key=None, compile_seconds=0.0
-    ) -> None:
-        key = key or (code, message)
-        finding = self._findings.get(key)
-        if finding is None:
-            finding = Finding(code, severity, message, fix, 0, 0.0)
-            self._findings[key] = finding
-            self._report.findings.append(finding)
-            warnings.warn(
-                f"[{code}] {message} Fix: {fix}",
-                XLARecompilationWarning
-                if code in FINDING_CODES.values()
-                else UserWarning,
-                stacklevel=3,
-            )
-        finding.count += 1
-        finding.compile_seconds = round(
-            finding.compile_seconds + compile_seconds, 4
-        )
-        if key[0] in ("train", "test") and finding.count > 1:
-            finding.message = (
-                f"{message} Seen {finding.count} times, "
-                f"{finding.compile_seconds:.2f} s of compiling."
-            )
 
     def _write_epoch(self, stats: EpochStats) -> None:
         if self._writer is None:
             return
-        self._writer.write_scalars(
-            stats.epoch,
-            {
-                "xla/compilations": stats.compilations,
-                "xla/compile_seconds": stats.compile_seconds,
-                "xla/recompilations": stats.recompilations,
-                "xla/step_time_ms_median": stats.step_time_ms["median"],
-                "xla/step_time_ms_p90": stats.step_time_ms["p90"],
-                "xla/examples_per_second": stats.examples_per_second or 0.0,
-            },
-        )
+        scalars = {
+            "xla/compilations": stats.compilations,
+            "xla/compile_seconds": stats.compile_seconds,
+            "xla/recompilations": stats.recompilations,
+            "xla/step_time_ms_median": stats.step_time_ms["median"],
+            "xla/step_time_ms_p90": stats.step_time_ms["p90"],
+            "xla/examples_per_second": stats.examples_per_second or 0.0,
+        }
+        if stats.compile_cache_hits is not None:
+            scalars["xla/compile_cache_hits"] = stats.compile_cache_hits
+            scalars["xla/compile_cache_misses"] = stats.compile_cache_misses
+        self._writer.write_scalars(stats.epoch, scalars)
         self._writer.write_text(
             stats.epoch, FINDINGS_TAG, self._report.findings_markdown()
         )
@@ -468,7 +356,7 @@ class XLATuner(keras.callbacks.Callback):
                 raise
             logger.exception("keras_xla: XLATuner failed in %s", fn.__name__)
             try:
-                self._add_finding(
+                self._accountant.add_finding(
                     TUNER_ERROR,
                     "error",
                     f"XLATuner failed in {fn.__name__}: "
@@ -494,11 +382,3 @@ def _environment(model: Any) -> dict:
         "replicas": int(getattr(strategy, "num_replicas_in_sync", 1)),
         "policy": getattr(policy, "name", str(policy)),
     }
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000.0, 4)
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)

@@ -1,0 +1,254 @@
+"""Epoch accounting: from step records to the report.
+
+`Accountant` turns the step records of one epoch (train steps and the
+validation run's test steps) into the report's figures: robust step-time
+statistics, one `Compilation` per new signature with its estimated cost,
+one `Recompilation` per distinct drift with its explanation, the epoch's
+`EpochStats`, and findings (each warned about once).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from keras_xla.report import (
+    Compilation,
+    EpochStats,
+    Finding,
+    Recompilation,
+    XLAReport,
+)
+from keras_xla.signatures import (
+    FINDING_CODES,
+    SignatureTracker,
+    describe,
+    explain,
+    fix_for,
+)
+from keras_xla.timing import (
+    StepRecord,
+    estimate_compile_seconds,
+    run_statistics,
+)
+
+
+class XLARecompilationWarning(UserWarning):
+    """XLA compiled a step again because an input's shape or dtype drifted."""
+
+
+class Accountant:
+    """Fills an `XLAReport` from step records, epoch by epoch.
+
+    Args:
+        report: The report to fill.
+        tracker: The model's compiled signatures (shared across `fit`s).
+    """
+
+    def __init__(self, report: XLAReport, tracker: SignatureTracker | None):
+        self.report = report
+        self.tracker = tracker
+        self._findings: dict[tuple, Finding] = {}
+        self._medians: dict[str, float] = {}
+        self._results: dict[str, dict] = {}
+        self.epoch = 0
+
+    def start_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self._results = {}
+
+    def finish_run(
+        self,
+        function: str,
+        records: list[StepRecord],
+        train_so_far: list[StepRecord] = (),
+    ) -> dict:
+        """Statistics, compile estimates and explanations for one run of
+        `function` (the epoch's train steps, or a validation run); merged
+        into the epoch's results, which are returned."""
+        reference = self._reference_median(function, train_so_far)
+        stats = run_statistics(records, reference)
+        if stats.steady_steps:
+            self._medians[function] = stats.median_seconds
+        counts = {"compilations": 0, "compile_seconds": 0.0}
+        recompiles = 0
+        histories: dict[int, tuple] = {}
+        for r_index, record in enumerate(records):
+            if not record.new:
+                continue
+            seconds = estimate_compile_seconds(record, stats.median_seconds)
+            explained = set()
+            for index, replica in record.new:
+                counts["compilations"] += 1
+                counts["compile_seconds"] += seconds
+                sig = record.signatures[index][replica]
+                previous = self._previous(function, replica, sig, histories)
+                self.report.compile_log.append(
+                    Compilation(
+                        function=function,
+                        epoch=self.epoch,
+                        step=record.first_step + index,
+                        shapes={t.path: list(t.shape) for t in sig.tensors},
+                        compile_seconds=round(seconds, 4),
+                        first=not previous,
+                        started_at=round(record.started_at, 6),
+                        replica=replica,
+                        finished_at=round(
+                            record.started_at + record.seconds, 6
+                        ),
+                    )
+                )
+                if not previous:
+                    continue  # the function's first compilation
+                recompiles += 1
+                if sig.tensors in explained:
+                    continue  # the same shapes on another replica
+                explained.add(sig.tensors)
+                last = r_index == len(records) - 1 and index == (
+                    len(record.signatures) - 1
+                )
+                step = record.first_step + index
+                self._explain(function, step, previous, sig, last, seconds)
+        result = self._results.setdefault(
+            function,
+            {"compilations": 0, "compile_seconds": 0.0, "recompilations": 0},
+        )
+        result["compilations"] += counts["compilations"]
+        result["compile_seconds"] = round(
+            result["compile_seconds"] + counts["compile_seconds"], 4
+        )
+        result["recompilations"] += recompiles
+        result["stats"] = stats
+        return result
+
+    def finish_epoch(self, train_records: list[StepRecord]) -> EpochStats:
+        """The epoch's `EpochStats` (train and validation together); also
+        appended to the report."""
+        train = self.finish_run("train", train_records)
+        test = self._results.get("test", {})
+        stats = train["stats"]
+        by_function = {
+            name: {k: v for k, v in result.items() if k != "stats"}
+            for name, result in (("train", train), ("test", test))
+            if result
+        }
+        epoch_stats = EpochStats(
+            epoch=self.epoch,
+            steps=stats.steps,
+            compilations=sum(r["compilations"] for r in by_function.values()),
+            compile_seconds=round(
+                sum(r["compile_seconds"] for r in by_function.values()), 4
+            ),
+            recompilations=sum(
+                r["recompilations"] for r in by_function.values()
+            ),
+            step_time_ms={
+                "median": _ms(stats.median_seconds),
+                "p90": _ms(stats.p90_seconds),
+            },
+            examples_per_second=_round(stats.examples_per_second),
+            examples_per_second_overall=_round(
+                stats.examples_per_second_overall
+            ),
+            by_function=by_function,
+        )
+        self.report.epochs.append(epoch_stats)
+        # Validation finishes before the epoch: restore time order.
+        self.report.compile_log.sort(key=lambda c: c.started_at)
+        return epoch_stats
+
+    def add_finding(
+        self,
+        code: str,
+        severity: str,
+        message: str,
+        fix: str,
+        key: tuple | None = None,
+        compile_seconds: float = 0.0,
+    ) -> Finding:
+        """Records a finding (or counts it again); warns the first time."""
+        key = key or (code, message)
+        finding = self._findings.get(key)
+        if finding is None:
+            finding = Finding(code, severity, message, fix, 0, 0.0)
+            self._findings[key] = finding
+            self.report.findings.append(finding)
+            category = (
+                XLARecompilationWarning
+                if code in FINDING_CODES.values()
+                else UserWarning
+            )
+            warnings.warn(f"[{code}] {message} Fix: {fix}", category, 4)
+        finding.count += 1
+        finding.compile_seconds = round(
+            finding.compile_seconds + compile_seconds, 4
+        )
+        if key[0] in ("train", "test") and finding.count > 1:
+            finding.message = (
+                f"{message} Seen {finding.count} times, "
+                f"{finding.compile_seconds:.2f} s of compiling."
+            )
+        return finding
+
+    def _previous(self, function, replica, sig, histories):
+        """Signatures `function` compiled on `replica` before `sig`."""
+        if replica not in histories:
+            compiled = self.tracker.compiled(function, replica)
+            index = {s: i for i, s in enumerate(compiled)}
+            histories[replica] = (compiled, index)
+        compiled, index = histories[replica]
+        return compiled[: index[sig]]
+
+    def _reference_median(self, function, train_so_far) -> float | None:
+        """Per-step time to compare compiled steps with when a run has no
+        step that did not compile (a two-batch validation run): the
+        function's last steady median, else this epoch's train median (a
+        test step does less work than a train step)."""
+        if function in self._medians:
+            return self._medians[function]
+        if function != "train" and train_so_far:
+            stats = run_statistics(train_so_far)
+            if stats.steady_steps:
+                return stats.median_seconds
+        return self._medians.get("train")
+
+    def _explain(self, function, step, previous, sig, last, seconds):
+        change, changes = explain(previous, sig, last)
+        fix = fix_for(change)
+        message = describe(change, function, changes)
+        self.report.recompilations.append(
+            Recompilation(
+                function=function,
+                epoch=self.epoch,
+                step=step,
+                input=change.input,
+                dim=change.dim,
+                before=change.before,
+                after=change.after,
+                cause=change.cause,
+                compile_seconds=round(seconds, 4),
+                message=f"{message} Recompiled in {seconds:.2f} s.",
+                fix=fix,
+                changes=[
+                    {
+                        "input": c.input,
+                        "dim": c.dim,
+                        "before": c.before,
+                        "after": c.after,
+                        "cause": c.cause,
+                    }
+                    for c in changes
+                ],
+            )
+        )
+        key = (function, change.input, change.dim, change.cause)
+        self.add_finding(
+            FINDING_CODES[change.cause], "warning", message, fix, key, seconds
+        )
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000.0, 4)
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
