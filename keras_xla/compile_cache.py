@@ -232,3 +232,36 @@ def _read_times(path: str) -> dict:
 
 def _median(values) -> float | None:
     return round(statistics.median(values), 4) if values else None
+
+
+def start_report(status: CacheStatus, report, accountant) -> None:
+    """Opens the report's `compile_cache` section; a flag that came too
+    late becomes a finding."""
+    report.compile_cache = {
+        "directory": status.directory,
+        "active": status.active,
+        "entries_at_start": status.entries,
+        "hits": 0,
+        "misses": 0,
+    }
+    if not status.active:
+        accountant.add_finding(
+            INACTIVE_CODE,
+            "warning",
+            status.message,
+            "Create the XLATuner (or call keras_xla.enable_compile_cache) "
+            "before the first fit.",
+        )
+
+
+def label_epoch(report, stats, before: dict[str, float], directory: str):
+    """Labels the epoch's compilations hit or miss and updates the counts
+    in `stats` and the report's `compile_cache` section."""
+    compiled = [c for c in report.compile_log if c.epoch == stats.epoch]
+    label_cache_use(compiled, before, directory)
+    stats.compile_cache_hits = sum(c.cache == "hit" for c in compiled)
+    stats.compile_cache_misses = sum(c.cache == "miss" for c in compiled)
+    summary = report.compile_cache
+    summary["hits"] += stats.compile_cache_hits
+    summary["misses"] += stats.compile_cache_misses
+    summary.update(record_compile_times(directory, report.compile_log))

@@ -153,3 +153,21 @@ def _compiled_jit_setting(model: Any) -> Any:
     if config is None:
         return None
     return getattr(config, "config", {}).get("jit_compile")
+
+
+def describe_environment(model: Any) -> dict:
+    """Versions, devices, strategy and dtype policy, for the report."""
+    import keras
+    import tensorflow as tf
+
+    strategy = model.distribute_strategy
+    policy = getattr(model, "dtype_policy", None)
+    return {
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "backend": keras.backend.backend(),
+        "devices": [d.name for d in tf.config.list_logical_devices()],
+        "strategy": type(strategy).__name__,
+        "replicas": int(getattr(strategy, "num_replicas_in_sync", 1)),
+        "policy": getattr(policy, "name", str(policy)),
+    }

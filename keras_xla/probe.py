@@ -269,6 +269,10 @@ class ModelProbes:
 
     def __init__(self) -> None:
         self.holder: dict[str, ShapeProbe | None] = {}
+        # The XLATuner driving the current fit (step guards report to it).
+        self.owner: Any = None
+        # HLO statistics per (signature, train function), computed once.
+        self.hlo_results: dict = {}
         self.tracker = SignatureTracker()
         self._built: dict[str, tuple[Any, tuple]] = {}
 
@@ -280,9 +284,12 @@ class ModelProbes:
             object.__setattr__(model, cls.ATTR, probes)
         return probes
 
-    def prepare(self, model: Any, function: str, config: tuple) -> bool:
+    def prepare(
+        self, model: Any, function: str, config: tuple, wrap=None
+    ) -> bool:
         """Makes `model.<function>_function` a probed function built with
-        `config`; returns True if it had to be (re)built."""
+        `config` (and wrapped by `wrap`, if given); returns True if it had
+        to be (re)built."""
         attr = f"{function}_function"
         current = getattr(model, attr, None)
         built = self._built.get(function)
@@ -296,6 +303,8 @@ class ModelProbes:
             strategy=model.distribute_strategy,
         )
         getattr(model, f"make_{function}_function")(force=True)
+        if wrap is not None:
+            setattr(model, attr, wrap(function, getattr(model, attr)))
         self._built[function] = (getattr(model, attr), config)
         self.tracker.reset(function)
         return True

@@ -110,3 +110,75 @@ def _line_compiles(line, names) -> list[CompileEvent]:
 def count_compilations(log_dir: str) -> int:
     """Number of XLA compilations recorded under a profiler log dir."""
     return len(read_compile_events(log_dir))
+
+
+PROFILER_BUSY = "profiler-busy"
+
+
+class ProfileWindow:
+    """Captures a TF profiler trace over a range of train steps.
+
+    The trace goes to `<log_dir>/plugins/profile/<run>/`, where
+    TensorBoard's Profile tab (tensorboard-plugin-profile) finds it. From
+    the same trace, `compile_events()` reads the XLA compilations that
+    happened in the window.
+
+    Args:
+        log_dir: The TensorBoard log directory.
+        start: First global train step (0-based) in the window.
+        stop: Last global train step in the window.
+    """
+
+    def __init__(self, log_dir: str, start: int, stop: int) -> None:
+        if not (isinstance(start, int) and isinstance(stop, int)) or not (
+            0 <= start <= stop
+        ):
+            raise ValueError(
+                f"Unsupported value `profile_steps=({start!r}, {stop!r})`: "
+                "pass (start, stop) with 0 <= start <= stop."
+            )
+        self.log_dir = log_dir
+        self.start, self.stop = start, stop
+        self.running = False
+        self.done = False
+        self._files_before: set[str] = set()
+
+    def begin(self) -> str | None:
+        """Starts the profiler; returns an error message instead of
+        raising when it cannot (another profiler is running, say)."""
+        import tensorflow as tf
+
+        self._files_before = set(xplane_files(self.log_dir))
+        try:
+            tf.profiler.experimental.start(self.log_dir)
+        except Exception as error:  # noqa: BLE001 - never stop training
+            self.done = True
+            return f"{type(error).__name__}: {error}".strip()
+        self.running = True
+        return None
+
+    def end(self) -> str | None:
+        """Stops the profiler; returns an error message instead of raising."""
+        import tensorflow as tf
+
+        if not self.running:
+            return None
+        self.running = False
+        self.done = True
+        try:
+            tf.profiler.experimental.stop()
+        except Exception as error:  # noqa: BLE001 - never stop training
+            return f"{type(error).__name__}: {error}".strip()
+        return None
+
+    def new_files(self) -> list[str]:
+        return [
+            f for f in xplane_files(self.log_dir) if f not in self._files_before
+        ]
+
+    def compile_events(self) -> list[CompileEvent]:
+        """XLA compilations recorded in this window's trace."""
+        events = []
+        for f in self.new_files():
+            events.extend(read_compile_events(f))
+        return sorted(events, key=lambda e: e.start)

@@ -117,6 +117,8 @@ class XLAReport:
     findings: list = dataclasses.field(default_factory=list)
     compile_log: list = dataclasses.field(default_factory=list)
     compile_cache: dict | None = None
+    hlo: dict | None = None
+    profile: dict | None = None
 
     @property
     def total_compilations(self) -> int:
@@ -141,6 +143,8 @@ class XLAReport:
             "findings": [dataclasses.asdict(f) for f in self.findings],
             "compile_log": [dataclasses.asdict(c) for c in self.compile_log],
             "compile_cache": self.compile_cache,
+            "hlo": self.hlo,
+            "profile": self.profile,
         }
 
     def to_json(self) -> str:

@@ -18,8 +18,37 @@ SCALAR_TAGS = (
     "xla/step_time_ms_p90",
     "xla/examples_per_second",
 )
+HLO_TAGS = ("xla/fusion_ratio", "xla/kernels_per_step", "xla/achieved_tflops")
+CACHE_TAGS = ("xla/compile_cache_hits", "xla/compile_cache_misses")
 FINDINGS_TAG = "xla/findings"
 TRAIN_RUN = "train"
+
+
+def epoch_scalars(stats, hlo: dict | None = None) -> dict[str, float]:
+    """The scalars of one epoch (an `EpochStats`): the `SCALAR_TAGS`, plus
+    the `HLO_TAGS` once the HLO was analyzed (`hlo`, the report's section)
+    and the `CACHE_TAGS` when the compile cache is on."""
+    median_ms = stats.step_time_ms["median"]
+    scalars = {
+        "xla/compilations": stats.compilations,
+        "xla/compile_seconds": stats.compile_seconds,
+        "xla/recompilations": stats.recompilations,
+        "xla/step_time_ms_median": median_ms,
+        "xla/step_time_ms_p90": stats.step_time_ms["p90"],
+        "xla/examples_per_second": stats.examples_per_second or 0.0,
+    }
+    if hlo:
+        scalars["xla/fusion_ratio"] = hlo["fusion_ratio"]
+        scalars["xla/kernels_per_step"] = hlo["kernels_per_step"]
+        scalars["xla/achieved_tflops"] = (
+            hlo["flops_per_step"] / (median_ms / 1000.0) / 1e12
+            if median_ms
+            else None
+        )
+    if stats.compile_cache_hits is not None:
+        scalars["xla/compile_cache_hits"] = stats.compile_cache_hits
+        scalars["xla/compile_cache_misses"] = stats.compile_cache_misses
+    return scalars
 
 
 class SummaryWriter:

@@ -12,18 +12,21 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any
 
 import keras
 from keras.src.utils import io_utils
 
 from keras_xla import compile_cache as cache_lib
+from keras_xla import flags as flags_lib
 from keras_xla import jit as jit_lib
 from keras_xla.accounting import Accountant, XLARecompilationWarning
+from keras_xla.diagnostics import Diagnostics
 from keras_xla.probe import ModelProbes
 from keras_xla.report import EpochStats, XLAReport
-from keras_xla.summaries import FINDINGS_TAG, SummaryWriter
+from keras_xla.summaries import FINDINGS_TAG, SummaryWriter, epoch_scalars
 from keras_xla.timing import StepRecord
+from keras_xla.unsupported import CHOICES as UNSUPPORTED_CHOICES
+from keras_xla.unsupported import XLAUnsupportedOpError
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +58,8 @@ class XLATuner(keras.callbacks.Callback):
       time over the steps that did not compile.
     - `xla/examples_per_second`: train examples per second over those steps.
     - `xla/findings` (text): the findings as a Markdown table.
+    - After the HLO analysis: `xla/fusion_ratio`, `xla/kernels_per_step`
+      and `xla/achieved_tflops`.
     - With `compile_cache`: `xla/compile_cache_hits` and
       `xla/compile_cache_misses`, compilations served from the persistent
       cache and compiled afresh.
@@ -64,7 +69,9 @@ class XLATuner(keras.callbacks.Callback):
     `removed-input`, `retrace`, `jit-disabled-by-layer`,
     `jit-disabled-by-determinism`, `jit-disabled-run-eagerly`,
     `jit-disabled-by-strategy`, `jit-disabled-by-backend`,
-    `compile-cache-inactive`, `tuner-error`.
+    `compile-cache-inactive`, `unsupported-op`, `dispatch-bound-steps`,
+    `compile-dominates`, `profiler-busy`, `hlo-analysis-failed`, the flag
+    codes of `keras_xla.flags` (`unknown-xla-flag`, ...), `tuner-error`.
 
     The report (`tuner.report`) is also written to
     `<log_dir>/xla_report.json` at every epoch end and at train end.
@@ -87,6 +94,24 @@ class XLATuner(keras.callbacks.Callback):
             constructed, which must happen before the first XLA
             compilation of the process; the report marks each compilation
             as a cache hit or miss. Defaults to `None`.
+        on_unsupported: What to do when XLA cannot compile the step (an op
+            without an XLA kernel, such as `tf.py_function` or a string
+            op): `"fallback"` records an `unsupported-op` finding naming the
+            op, layer and source line and trains on without XLA;
+            `"raise"` raises `XLAUnsupportedOpError` with the same text.
+            Defaults to `"fallback"`.
+        analyze_hlo: After the first epoch, analyze the optimized HLO of
+            the train step for that epoch's batch shapes (kernels per step,
+            fusion ratio, converts, FLOPs; `report.hlo`, written under
+            `<log_dir>/hlo/`). It lowers the step once more; the seconds it
+            takes are reported. Defaults to `True`.
+        peak_flops: The device's peak FLOP/s for the utilization figure;
+            `None` measures it with a short matmul probe in the model's
+            compute dtype. Defaults to `None`.
+        profile_steps: `(start, stop)` global train steps to capture with
+            the TF profiler into `<log_dir>/plugins/profile/` (TensorBoard's
+            Profile tab); the report gets the XLA compile events the trace
+            recorded. Needs `log_dir`. Defaults to `None`.
 
     Example:
 
@@ -108,6 +133,10 @@ class XLATuner(keras.callbacks.Callback):
         strict: bool = False,
         verbose: int = 1,
         compile_cache: str | os.PathLike | None = None,
+        on_unsupported: str = "fallback",
+        analyze_hlo: bool = True,
+        peak_flops: float | None = None,
+        profile_steps: tuple[int, int] | None = None,
     ) -> None:
         super().__init__()
         if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
@@ -115,19 +144,33 @@ class XLATuner(keras.callbacks.Callback):
                 f"Unsupported value `XLATuner(log_dir={log_dir!r})`: pass a "
                 "directory path or None."
             )
-        if jit_compile not in jit_lib.JIT_CHOICES:
+        for name, value, choices in (
+            ("jit_compile", jit_compile, jit_lib.JIT_CHOICES),
+            ("verbose", verbose, (0, 1)),
+            ("on_unsupported", on_unsupported, UNSUPPORTED_CHOICES),
+        ):
+            if value not in choices or isinstance(value, float):
+                raise ValueError(
+                    f"Unsupported value `XLATuner({name}={value!r})`. "
+                    f"Possible choices are: {', '.join(map(repr, choices))}."
+                )
+        if profile_steps is not None and log_dir is None:
             raise ValueError(
-                f"Unsupported value `XLATuner(jit_compile={jit_compile!r})`. "
-                "Possible choices are: True, False, None."
+                f"`XLATuner(profile_steps={profile_steps!r})` needs a "
+                "`log_dir` to write the trace to."
             )
-        if verbose not in (0, 1):
-            raise ValueError(
-                f"Unsupported value `XLATuner(verbose={verbose!r})`. "
-                "Possible choices are: 0, 1."
-            )
-        self.log_dir = os.fspath(log_dir) if log_dir is not None else None
-        self.jit_compile = jit_compile
         self.strict = bool(strict)
+        self.log_dir = os.fspath(log_dir) if log_dir is not None else None
+        self.on_unsupported = on_unsupported
+        self.analyze_hlo = bool(analyze_hlo)
+        self.peak_flops = peak_flops
+        self.profile_steps = tuple(profile_steps) if profile_steps else None
+        # A bad TF_XLA_FLAGS/XLA_FLAGS aborts the process at the first XLA
+        # use; say so now, in words.
+        self._flag_problems = flags_lib.check_flags()
+        if self._flag_problems and self.strict:
+            flags_lib.validate_flags()
+        self.jit_compile = jit_compile
         self.verbose = verbose
         self.compile_cache = None
         self._cache_status = None
@@ -178,6 +221,7 @@ class XLATuner(keras.callbacks.Callback):
         # Allow instances to be re-used across fit calls.
         self._report = XLAReport()
         self._accountant = Accountant(self._report, None)
+        self._diagnostics = Diagnostics(self)
         self._active = False
         self._open = None
         self._records = {"train": [], "test": []}
@@ -188,7 +232,7 @@ class XLATuner(keras.callbacks.Callback):
 
     def _train_begin(self) -> None:
         model = self.model
-        self._report.environment = _environment(model)
+        self._report.environment = jit_lib.describe_environment(model)
         info, cause = jit_lib.configure_jit(model, self.jit_compile)
         self._report.jit = info
         if cause is not None:
@@ -198,37 +242,38 @@ class XLATuner(keras.callbacks.Callback):
             self._accountant.add_finding(
                 code, "warning", f"XLA is off: {reason}.", fix
             )
-        self._cache_begin()
+        for problem in self._flag_problems:
+            self._accountant.add_finding(
+                problem.code,
+                "error",
+                problem.message,
+                problem.suggestion or "Remove the flag.",
+            )
+        if self._cache_status is not None:
+            cache_lib.start_report(
+                self._cache_status, self._report, self._accountant
+            )
         self._jit_on = info.enabled
+        if self._jit_on:
+            self._diagnostics.preflight()
         self._probes = None
         native = getattr(model, "_keras_xla_native_probe", False)
         if native or jit_lib.replicas_in_sync(model) == 1:
             self._probes = ModelProbes.of(model)
+            self._probes.owner = self
             self._accountant.tracker = self._probes.tracker
-            config = (info.enabled, int(model.steps_per_execution or 1))
-            for function in ("train", "test"):
-                self._probes.prepare(model, function, config)
+            self._rebuild_functions()
         self._active = True
 
-    def _cache_begin(self) -> None:
-        status = self._cache_status
-        if status is None:
-            return
-        self._report.compile_cache = {
-            "directory": status.directory,
-            "active": status.active,
-            "entries_at_start": status.entries,
-            "hits": 0,
-            "misses": 0,
-        }
-        if not status.active:
-            self._accountant.add_finding(
-                cache_lib.INACTIVE_CODE,
-                "warning",
-                status.message,
-                "Create the XLATuner (or call "
-                "keras_xla.enable_compile_cache) before the first fit.",
-            )
+    def _rebuild_functions(self) -> None:
+        """(Re)builds the probed train and test functions if their
+        configuration changed; guarded against unsupported ops when XLA
+        is on."""
+        model = self.model
+        config = (self._jit_on, int(model.steps_per_execution or 1))
+        wrap = self._diagnostics.guard if self._jit_on else None
+        for function in ("train", "test"):
+            self._probes.prepare(model, function, config, wrap)
 
     # Per-step work: kept to a clock read and one small variable read.
 
@@ -236,6 +281,8 @@ class XLATuner(keras.callbacks.Callback):
         if not self._active:
             return
         self._close_step()
+        if function == "train":
+            self._diagnostics.step_begin()
         self._open = (function, batch, time.perf_counter())
 
     def _close_step(self) -> None:
@@ -289,43 +336,18 @@ class XLATuner(keras.callbacks.Callback):
         self._close_step()
         records, self._records["train"] = self._records["train"], []
         stats = self._accountant.finish_epoch(records)
-        self._cache_epoch(stats)
-        self._write_epoch(stats)
-
-    def _cache_epoch(self, stats: EpochStats) -> None:
-        if not self.compile_cache or not self._cache_status.active:
-            return
-        compiled = [
-            c for c in self._report.compile_log if c.epoch == stats.epoch
-        ]
-        cache_lib.label_cache_use(
-            compiled, self._cache_before, self.compile_cache
-        )
-        stats.compile_cache_hits = sum(c.cache == "hit" for c in compiled)
-        stats.compile_cache_misses = sum(c.cache == "miss" for c in compiled)
-        summary = self._report.compile_cache
-        summary["hits"] += stats.compile_cache_hits
-        summary["misses"] += stats.compile_cache_misses
-        summary.update(
-            cache_lib.record_compile_times(
-                self.compile_cache, self._report.compile_log
+        if self._cache_status is not None and self._cache_status.active:
+            cache_lib.label_epoch(
+                self._report, stats, self._cache_before, self.compile_cache
             )
-        )
+        self._diagnostics.analyze_hlo(stats, records)
+        self._diagnostics.lint(stats)
+        self._write_epoch(stats)
 
     def _write_epoch(self, stats: EpochStats) -> None:
         if self._writer is None:
             return
-        scalars = {
-            "xla/compilations": stats.compilations,
-            "xla/compile_seconds": stats.compile_seconds,
-            "xla/recompilations": stats.recompilations,
-            "xla/step_time_ms_median": stats.step_time_ms["median"],
-            "xla/step_time_ms_p90": stats.step_time_ms["p90"],
-            "xla/examples_per_second": stats.examples_per_second or 0.0,
-        }
-        if stats.compile_cache_hits is not None:
-            scalars["xla/compile_cache_hits"] = stats.compile_cache_hits
-            scalars["xla/compile_cache_misses"] = stats.compile_cache_misses
+        scalars = epoch_scalars(stats, self._report.hlo)
         self._writer.write_scalars(stats.epoch, scalars)
         self._writer.write_text(
             stats.epoch, FINDINGS_TAG, self._report.findings_markdown()
@@ -337,6 +359,7 @@ class XLATuner(keras.callbacks.Callback):
         if not self._active:
             return
         self._close_step()
+        self._diagnostics.end_profile()
         self._active = False
         if self._writer is not None:
             self._report.write(self.log_dir)
@@ -352,7 +375,7 @@ class XLATuner(keras.callbacks.Callback):
         try:
             fn(*args)
         except Exception as error:  # noqa: BLE001
-            if self.strict:
+            if self.strict or isinstance(error, XLAUnsupportedOpError):
                 raise
             logger.exception("keras_xla: XLATuner failed in %s", fn.__name__)
             try:
@@ -366,19 +389,3 @@ class XLATuner(keras.callbacks.Callback):
                 )
             except Exception:  # noqa: BLE001
                 logger.exception("keras_xla: could not record the failure")
-
-
-def _environment(model: Any) -> dict:
-    import tensorflow as tf
-
-    strategy = model.distribute_strategy
-    policy = getattr(model, "dtype_policy", None)
-    return {
-        "tensorflow": tf.__version__,
-        "keras": keras.__version__,
-        "backend": keras.backend.backend(),
-        "devices": [d.name for d in tf.config.list_logical_devices()],
-        "strategy": type(strategy).__name__,
-        "replicas": int(getattr(strategy, "num_replicas_in_sync", 1)),
-        "policy": getattr(policy, "name", str(policy)),
-    }

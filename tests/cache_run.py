@@ -28,7 +28,7 @@ def main():
         # cache flag.
         tf.function(lambda v: v + 1.0, jit_compile=True)(tf.ones([2]))
     tuner = keras_xla.XLATuner(
-        log_dir=log_dir, compile_cache=cache_dir, verbose=0
+        log_dir=log_dir, compile_cache=cache_dir, verbose=0, analyze_hlo=False
     )
     keras.utils.set_random_seed(0)
     model = keras.Sequential(

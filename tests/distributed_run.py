@@ -75,7 +75,7 @@ def main():
         strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
         with strategy.scope():
             model = build(keras_xla.XLAModel)
-        tuner = keras_xla.XLATuner(verbose=0)
+        tuner = keras_xla.XLATuner(verbose=0, analyze_hlo=False)
         tf.profiler.experimental.start(sys.argv[3])
         hist = model.fit(
             x,

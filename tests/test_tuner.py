@@ -11,7 +11,7 @@ import tensorflow as tf
 from conftest import conv_model, regression_data
 
 from keras_xla import XLARecompilationWarning, XLATuner
-from keras_xla.summaries import FINDINGS_TAG, SCALAR_TAGS
+from keras_xla.summaries import FINDINGS_TAG, HLO_TAGS, SCALAR_TAGS
 
 
 def fit(model, *args, tuner, **kwargs):
@@ -24,7 +24,7 @@ def fit(model, *args, tuner, **kwargs):
 def test_partial_batches_in_train_and_validation(profiled):
     x, y = regression_data(70)
     model = conv_model()
-    tuner = XLATuner(verbose=0)
+    tuner = XLATuner(verbose=0, analyze_hlo=False)
     with profiled() as events:
         fit(
             model,
@@ -60,7 +60,9 @@ def test_partial_batches_in_train_and_validation(profiled):
         1,
     )
     assert "drop_remainder=True" in train.fix
-    assert report.finding_codes() == ["partial-last-batch"] * 2
+    assert report.finding_codes().count("partial-last-batch") == 2
+    # 10 steps of ~2 ms against ~1 s of compiling: said, too.
+    assert "compile-dominates" in report.finding_codes()
     assert report.epochs[0].steps == 5
     assert report.epochs[1].examples_per_second > 0
     # In time order: train 16, train 6, then validation's 16 and 4.
@@ -108,7 +110,7 @@ def test_padded_sequences_compile_once_per_length(profiled):
     # Batches of 4: max lengths 5, 9, 5, 12 -> three distinct shapes.
     lengths = [3, 5, 2, 4, 9, 1, 2, 3, 5, 5, 4, 1, 12, 3, 2, 2]
     model = text_model()
-    tuner = XLATuner(verbose=0)
+    tuner = XLATuner(verbose=0, analyze_hlo=False)
     with profiled() as events, warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         model.fit(
@@ -134,7 +136,7 @@ def test_padded_sequences_compile_once_per_length(profiled):
 def test_steps_per_execution(profiled):
     x, y = regression_data(70)
     model = conv_model(steps_per_execution=4)
-    tuner = XLATuner(verbose=0)
+    tuner = XLATuner(verbose=0, analyze_hlo=False)
     with profiled() as events:
         fit(
             model,
@@ -161,14 +163,14 @@ def test_steps_per_execution(profiled):
 def test_second_fit_reuses_compiled_shapes(profiled):
     x, y = regression_data(64)
     model = conv_model()
-    tuner = XLATuner(verbose=0)
+    tuner = XLATuner(verbose=0, analyze_hlo=False)
     with profiled() as first:
         fit(model, x, y, batch_size=16, epochs=1, tuner=tuner)
     assert tuner.report.total_compilations == len(first) == 1
     with profiled() as second:
         fit(model, x, y, batch_size=16, epochs=1, tuner=tuner)
     assert tuner.report.total_compilations == len(second) == 0
-    fresh = XLATuner(verbose=0)
+    fresh = XLATuner(verbose=0, analyze_hlo=False)
     with profiled() as third:
         fit(model, x, y, batch_size=32, epochs=1, tuner=fresh)
     assert fresh.report.total_compilations == len(third) == 1
@@ -196,7 +198,7 @@ def test_tensorboard_tags_and_report_file(tmp_path):
     tuner = XLATuner(log_dir=log_dir, verbose=0)
     fit(conv_model(), x, y, batch_size=16, epochs=3, tuner=tuner)
     events = read_events(os.path.join(log_dir, "train"))
-    assert set(events) == set(SCALAR_TAGS) | {FINDINGS_TAG}
+    assert set(events) == set(SCALAR_TAGS) | set(HLO_TAGS) | {FINDINGS_TAG}
     for tag, points in events.items():
         assert [p.step for p in points] == [0, 1, 2], tag
     compiles = [
@@ -205,7 +207,7 @@ def test_tensorboard_tags_and_report_file(tmp_path):
     ]
     assert compiles == [1.0, 0.0, 0.0]
     text = tf.make_ndarray(events[FINDINGS_TAG][0].tensor_proto)
-    assert text.item().decode() == "No findings."
+    assert text.item().decode().startswith("| code | severity |")
     with open(os.path.join(log_dir, "xla_report.json")) as f:
         data = json.load(f)
     assert data["schema"] == "keras_xla.report/1"
@@ -236,7 +238,7 @@ def test_string_lookup_reports_disabled_and_trains(tmp_path):
     from test_jit import lookup_dataset, lookup_model
 
     model = lookup_model()
-    tuner = XLATuner(verbose=0)
+    tuner = XLATuner(verbose=0, analyze_hlo=False)
     history = fit(model, lookup_dataset(), epochs=2, tuner=tuner)
     assert len(history.history["loss"]) == 2
     report = tuner.report
@@ -270,7 +272,7 @@ def test_tuner_failure_never_stops_training(monkeypatch):
 
     monkeypatch.setattr(probe_lib.ShapeProbe, "read_new", broken)
     x, y = regression_data(32)
-    tuner = XLATuner(verbose=0)
+    tuner = XLATuner(verbose=0, analyze_hlo=False)
     with pytest.warns(UserWarning, match="tuner-error"):
         history = conv_model().fit(
             x, y, batch_size=16, epochs=2, verbose=0, callbacks=[tuner]

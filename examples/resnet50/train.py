@@ -148,7 +148,10 @@ def run_config(crop: str, args, source=None) -> dict:
     )
     log_dir = os.path.join(args.log_dir, crop)
     tuner = keras_xla.XLATuner(
-        log_dir=log_dir, jit_compile=args.jit == "on", verbose=0
+        log_dir=log_dir,
+        jit_compile=args.jit == "on",
+        verbose=0,
+        analyze_hlo=False,
     )
     callbacks = [keras.callbacks.TensorBoard(log_dir=log_dir), tuner]
     start = time.perf_counter()
