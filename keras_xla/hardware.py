@@ -1,0 +1,71 @@
+"""The hardware a run is on: devices, GPU compute capability, CPU flags.
+
+Mixed-precision advice depends on it: bfloat16 is native on GPUs of compute
+capability 8.0 and newer, on TPUs, and on CPUs with `avx512_bf16` or
+`amx_bf16`; float16 needs a GPU (7.x and newer for tensor cores).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+# CPU flags (as in /proc/cpuinfo) of native bfloat16 dot products.
+BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+PROC_CPUINFO = "/proc/cpuinfo"
+
+
+@dataclasses.dataclass
+class DeviceInfo:
+    """A device: `"CPU"`, `"GPU"` or `"TPU"`; a GPU's `(major, minor)`."""
+
+    device_type: str
+    name: str = ""
+    compute_capability: tuple[int, int] | None = None
+
+
+def cpu_flags(path: str = PROC_CPUINFO) -> frozenset[str]:
+    """The CPU feature flags from /proc/cpuinfo; empty when unreadable."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip().lower() in ("flags", "features"):
+                    return frozenset(value.lower().split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def describe_devices(devices: Iterable[Any] | None = None) -> list[DeviceInfo]:
+    """`DeviceInfo`s for `DeviceInfo`s or `tf.config.PhysicalDevice`s.
+
+    Defaults to `tf.config.list_physical_devices()`; a GPU's compute
+    capability comes from `tf.config.experimental.get_device_details`.
+    """
+    import tensorflow as tf
+
+    if devices is None:
+        devices = tf.config.list_physical_devices()
+    infos = []
+    for device in devices:
+        if isinstance(device, DeviceInfo):
+            infos.append(device)
+            continue
+        kind = str(device.device_type).upper()
+        capability = None
+        if kind == "GPU":
+            with contextlib.suppress(ValueError, TypeError, RuntimeError):
+                details = tf.config.experimental.get_device_details(device)
+                capability = details.get("compute_capability")
+        infos.append(DeviceInfo(kind, str(device.name), capability))
+    return infos
+
+
+def resolve_cpu_flags(flags: Iterable[str] | None) -> frozenset[str]:
+    """`flags` lower-cased, or this machine's flags when `None`."""
+    if flags is None:
+        return cpu_flags()
+    return frozenset(flag.lower() for flag in flags)

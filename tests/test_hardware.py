@@ -1,0 +1,23 @@
+from keras_xla import hardware
+
+
+def test_cpu_flags_reads_proc_cpuinfo_format(tmp_path):
+    path = tmp_path / "cpuinfo"
+    path.write_text(
+        "processor\t: 0\nflags\t\t: fpu sse2 AVX512_BF16 amx_bf16\n"
+        "processor\t: 1\nflags\t\t: fpu\n"
+    )
+    flags = hardware.cpu_flags(str(path))
+    assert flags == {"fpu", "sse2", "avx512_bf16", "amx_bf16"}
+    assert hardware.cpu_flags(str(tmp_path / "missing")) == frozenset()
+
+
+def test_describe_devices_accepts_physical_devices():
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    infos = hardware.describe_devices(
+        [cpu, hardware.DeviceInfo("GPU", "/gpu:0", (8, 0))]
+    )
+    assert infos[0] == hardware.DeviceInfo("CPU", cpu.name, None)
+    assert infos[1].compute_capability == (8, 0)
