@@ -168,7 +168,7 @@ def apply_policy(model: Any, policy: Any) -> list[str]:
     """
     import keras
 
-    new = _float_policy(policy)
+    new = float_policy(policy)
     if not getattr(model, "built", False):
         raise ValueError(
             f"`apply_policy(model={model.name!r}, ...)` needs a built model: "
@@ -310,7 +310,7 @@ def _compute_layers(model: Any) -> list[Any]:
     ]
 
 
-def _float_policy(policy: Any) -> Any:
+def float_policy(policy: Any) -> Any:
     import keras
 
     resolved = None

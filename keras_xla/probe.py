@@ -311,3 +311,20 @@ class ModelProbes:
 
     def probe(self, function: str) -> ShapeProbe | None:
         return self.holder.get(function)
+
+    def observe(self, record: Any, count_compiles: bool = True) -> None:
+        """Fills a `timing.StepRecord` with the signatures of the steps its
+        call ran, the tracing time, and (when XLA is on) which signatures
+        are new, i.e. compiled."""
+        probe = self.holder.get(record.function)
+        if probe is None:
+            return
+        record.signatures = probe.read_new()
+        record.trace_seconds = probe.pop_trace_seconds()
+        if count_compiles:
+            record.new = [
+                (i, r)
+                for i, step in enumerate(record.signatures)
+                for r, sig in enumerate(step)
+                if self.tracker.observe(record.function, sig, r)
+            ]

@@ -19,7 +19,8 @@ from keras.src.utils import io_utils
 from keras_xla import compile_cache as cache_lib
 from keras_xla import flags as flags_lib
 from keras_xla import jit as jit_lib
-from keras_xla.accounting import Accountant, XLARecompilationWarning
+from keras_xla import precision as precision_lib
+from keras_xla.accounting import Accountant
 from keras_xla.diagnostics import Diagnostics
 from keras_xla.probe import ModelProbes
 from keras_xla.report import EpochStats, XLAReport
@@ -31,8 +32,6 @@ from keras_xla.unsupported import XLAUnsupportedOpError
 logger = logging.getLogger(__name__)
 
 TUNER_ERROR = "tuner-error"
-
-__all__ = ["XLARecompilationWarning", "XLATuner"]
 
 
 class XLATuner(keras.callbacks.Callback):
@@ -94,24 +93,26 @@ class XLATuner(keras.callbacks.Callback):
             constructed, which must happen before the first XLA
             compilation of the process; the report marks each compilation
             as a cache hit or miss. Defaults to `None`.
-        on_unsupported: What to do when XLA cannot compile the step (an op
-            without an XLA kernel, such as `tf.py_function` or a string
-            op): `"fallback"` records an `unsupported-op` finding naming the
-            op, layer and source line and trains on without XLA;
-            `"raise"` raises `XLAUnsupportedOpError` with the same text.
+        on_unsupported: When XLA cannot compile the step (e.g. a
+            `tf.py_function` or string op): `"fallback"` records an
+            `unsupported-op` finding (op, layer, source line) and trains on
+            without XLA; `"raise"` raises `XLAUnsupportedOpError`.
             Defaults to `"fallback"`.
-        analyze_hlo: After the first epoch, analyze the optimized HLO of
-            the train step for that epoch's batch shapes (kernels per step,
-            fusion ratio, converts, FLOPs; `report.hlo`, written under
-            `<log_dir>/hlo/`). It lowers the step once more; the seconds it
-            takes are reported. Defaults to `True`.
-        peak_flops: The device's peak FLOP/s for the utilization figure;
-            `None` measures it with a short matmul probe in the model's
-            compute dtype. Defaults to `None`.
-        profile_steps: `(start, stop)` global train steps to capture with
-            the TF profiler into `<log_dir>/plugins/profile/` (TensorBoard's
-            Profile tab); the report gets the XLA compile events the trace
-            recorded. Needs `log_dir`. Defaults to `None`.
+        analyze_hlo: After the first epoch, analyze the train step's
+            optimized HLO for that epoch's shapes (`report.hlo`, text under
+            `<log_dir>/hlo/`); the extra lowering's seconds are reported.
+            Defaults to `True`.
+        peak_flops: Peak FLOP/s for the utilization figure; `None` measures
+            it with a short matmul probe. Defaults to `None`.
+        profile_steps: `(start, stop)` global train steps to trace into
+            `<log_dir>/plugins/profile/` (TensorBoard's Profile tab), with
+            the trace's compile events in `report.profile`. Defaults to
+            `None`.
+        mixed_precision: `None` changes nothing and only checks the
+            precision setup (findings); a policy name such as
+            `"mixed_bfloat16"` applies it to the live model in
+            `on_train_begin` (outputs stay float32, loss scaling for
+            float16). Defaults to `None`.
 
     Example:
 
@@ -137,6 +138,7 @@ class XLATuner(keras.callbacks.Callback):
         analyze_hlo: bool = True,
         peak_flops: float | None = None,
         profile_steps: tuple[int, int] | None = None,
+        mixed_precision: str | None = None,
     ) -> None:
         super().__init__()
         if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
@@ -165,6 +167,16 @@ class XLATuner(keras.callbacks.Callback):
         self.analyze_hlo = bool(analyze_hlo)
         self.peak_flops = peak_flops
         self.profile_steps = tuple(profile_steps) if profile_steps else None
+        if mixed_precision is not None:
+            try:
+                precision_lib.float_policy(mixed_precision)
+            except ValueError:
+                raise ValueError(
+                    "Unsupported value `XLATuner(mixed_precision="
+                    f"{mixed_precision!r})`: pass None or a float policy "
+                    "name such as 'mixed_bfloat16'."
+                ) from None
+        self.mixed_precision = mixed_precision
         # A bad TF_XLA_FLAGS/XLA_FLAGS aborts the process at the first XLA
         # use; say so now, in words.
         self._flag_problems = flags_lib.check_flags()
@@ -226,12 +238,15 @@ class XLATuner(keras.callbacks.Callback):
         self._open = None
         self._records = {"train": [], "test": []}
         self._writer = SummaryWriter(self.log_dir) if self.log_dir else None
-        # Unix time = perf_counter() + offset, without a second clock read
-        # per step.
+        # Unix time = perf_counter() + offset: one clock read per step.
         self._clock_offset = time.time() - time.perf_counter()
 
     def _train_begin(self) -> None:
         model = self.model
+        if self.mixed_precision is not None:
+            precision_lib.apply_policy(model, self.mixed_precision)
+        for f in precision_lib.check_precision(model):
+            self._accountant.add_finding(f.code, f.severity, f.message, f.fix)
         self._report.environment = jit_lib.describe_environment(model)
         info, cause = jit_lib.configure_jit(model, self.jit_compile)
         self._report.jit = info
@@ -270,7 +285,11 @@ class XLATuner(keras.callbacks.Callback):
         configuration changed; guarded against unsupported ops when XLA
         is on."""
         model = self.model
-        config = (self._jit_on, int(model.steps_per_execution or 1))
+        config = (
+            self._jit_on,
+            int(model.steps_per_execution or 1),
+            model.dtype_policy.name,
+        )
         wrap = self._diagnostics.guard if self._jit_on else None
         for function in ("train", "test"):
             self._probes.prepare(model, function, config, wrap)
@@ -291,7 +310,6 @@ class XLATuner(keras.callbacks.Callback):
             return
         function, batch, start = self._open
         self._open = None
-        probe = self._probes.probe(function) if self._probes else None
         record = StepRecord(
             function,
             batch,
@@ -299,17 +317,8 @@ class XLATuner(keras.callbacks.Callback):
             started_at=self._clock_offset + start,
             fallback_steps=int(self.model.steps_per_execution or 1),
         )
-        if probe is not None:
-            record.signatures = probe.read_new()
-            record.trace_seconds = probe.pop_trace_seconds()
-            if self._jit_on:
-                tracker = self._probes.tracker
-                record.new = [
-                    (i, r)
-                    for i, step in enumerate(record.signatures)
-                    for r, sig in enumerate(step)
-                    if tracker.observe(function, sig, r)
-                ]
+        if self._probes is not None:
+            self._probes.observe(record, count_compiles=self._jit_on)
         self._records[function].append(record)
 
     # Epoch and validation ends.

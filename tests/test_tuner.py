@@ -305,3 +305,28 @@ def test_summary_is_printed_at_train_end(capsys):
     out = capsys.readouterr().out
     assert "XLA on" in out
     assert "compiles" in out and "median ms" in out
+
+
+def test_mixed_precision_applied_and_checked():
+    x, y = regression_data(32)
+    model = conv_model()
+    tuner = XLATuner(
+        verbose=0, analyze_hlo=False, mixed_precision="mixed_bfloat16"
+    )
+    history = fit(model, x, y, batch_size=16, epochs=2, tuner=tuner)
+    assert np.isfinite(history.history["loss"]).all()
+    assert model.layers[0].compute_dtype == "bfloat16"  # Conv1D
+    assert model.layers[-1].compute_dtype == "float32"  # output Dense
+    assert model.trainable_weights[0].dtype == "float32"
+    assert tuner.report.environment["policy"] == "mixed_bfloat16"
+    # Global policy changed after the build: the tuner says so.
+    plain = conv_model()
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        checker = XLATuner(verbose=0, analyze_hlo=False)
+        fit(plain, x, y, batch_size=16, epochs=1, tuner=checker)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert "policy-set-after-build" in checker.report.finding_codes()
+    with pytest.raises(ValueError, match=r"mixed_precision='mixed_int3'"):
+        XLATuner(mixed_precision="mixed_int3")
