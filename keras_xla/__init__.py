@@ -1,19 +1,33 @@
-"""keras_xla: make XLA pay off for Keras 3 training on TensorFlow."""
+"""keras_xla: make XLA pay off for Keras 3 training on TensorFlow.
 
-from keras_xla.accounting import XLARecompilationWarning
-from keras_xla.compile_cache import clear_compile_cache, enable_compile_cache
-from keras_xla.report import XLAReport
-from keras_xla.train_step import XLAModel
-from keras_xla.tuner import XLATuner
+Public names are imported on first use, so `keras-xla report` and the
+stdlib-only report module load without starting TensorFlow.
+"""
+
+import importlib
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "clear_compile_cache",
-    "enable_compile_cache",
-    "XLAModel",
-    "XLARecompilationWarning",
-    "XLAReport",
-    "XLATuner",
-    "__version__",
-]
+_EXPORTS = {
+    "XLAModel": "keras_xla.train_step",
+    "XLARecompilationWarning": "keras_xla.accounting",
+    "XLAReport": "keras_xla.report",
+    "XLATuner": "keras_xla.tuner",
+    "clear_compile_cache": "keras_xla.compile_cache",
+    "enable_compile_cache": "keras_xla.compile_cache",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'keras_xla' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__

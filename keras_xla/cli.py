@@ -21,9 +21,15 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from keras_xla import flags as flags_lib
-from keras_xla import report as report_lib
-from keras_xla.report import REPORT_FILENAME, XLAReport, format_table
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TF loads
+
+from keras_xla import flags as flags_lib  # noqa: E402
+from keras_xla import report as report_lib  # noqa: E402
+from keras_xla.report import (  # noqa: E402
+    REPORT_FILENAME,
+    XLAReport,
+    format_table,
+)
 
 # CPU flags (as /proc/cpuinfo names them) that decide XLA's CPU code
 # generation and whether bfloat16 math is native.
