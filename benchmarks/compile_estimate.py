@@ -53,7 +53,7 @@ def main():
     x = rng.random((200, 32, 8), dtype=np.float32)
     y = rng.random((200, 1), dtype=np.float32)
     model = make_model(args.steps_per_execution)
-    tuner = XLATuner(verbose=0)
+    tuner = XLATuner(verbose=0, analyze_hlo=False)
     log_dir = tempfile.mkdtemp(prefix="keras_xla_profile_")
     warnings.simplefilter("ignore")
     tf.profiler.experimental.start(log_dir)

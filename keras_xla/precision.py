@@ -310,7 +310,9 @@ def _compute_layers(model: Any) -> list[Any]:
     ]
 
 
-def float_policy(policy: Any) -> Any:
+def float_policy(policy: Any, argument: str = "apply_policy(policy") -> Any:
+    """`policy` as a float `keras.DTypePolicy`; otherwise a `ValueError`
+    that quotes the call, `argument` being its text up to the `=`."""
     import keras
 
     resolved = None
@@ -318,7 +320,7 @@ def float_policy(policy: Any) -> Any:
         resolved = keras.dtype_policies.get(policy)
     if resolved is None or resolved.quantization_mode is not None:
         raise ValueError(
-            f"Unsupported value `apply_policy(policy={policy!r})`. Possible "
+            f"Unsupported value `{argument}={policy!r})`. Possible "
             "choices are: a float policy name such as 'float32', "
             "'mixed_float16' or 'mixed_bfloat16', or a `keras.DTypePolicy`."
         )

@@ -25,6 +25,11 @@ from keras_xla.signatures import Signature, SignatureTracker, TensorSignature
 logger = logging.getLogger(__name__)
 
 ROW_WIDTH = 32  # step, trace, and up to 30 dynamic dimensions per step
+# Ring rows per step of a call: the host reads the ring once per run (or
+# when it is about to wrap), not after every step. A read right after a
+# step waits for the runtime and costs ~0.1 ms a step; a read per run
+# costs nothing measurable.
+RING_CALLS = 64
 _TOP_LEVEL_NAMES = ("x", "y", "sample_weight")
 
 
@@ -129,7 +134,7 @@ class ShapeProbe:
         self._signatures: dict[bytes, Signature] = {}
         self._last_step = 0
         self._lock = threading.Lock()
-        self._trace_seconds = 0.0
+        self._trace_times: list[tuple[float, float]] = []
         self.truncated = False
 
     @property
@@ -174,14 +179,16 @@ class ShapeProbe:
         except Exception:  # noqa: BLE001 - never break the user's step
             logger.exception("keras_xla: shape probe failed; unprobed.")
 
-    def add_trace_seconds(self, seconds: float) -> None:
+    def add_trace(self, start: float, seconds: float) -> None:
+        """Notes that tracing the step began at `start` (perf_counter) and
+        took `seconds`."""
         with self._lock:
-            self._trace_seconds += seconds
+            self._trace_times.append((start, seconds))
 
-    def pop_trace_seconds(self) -> float:
+    def pop_traces(self) -> list[tuple[float, float]]:
         with self._lock:
-            seconds, self._trace_seconds = self._trace_seconds, 0.0
-        return seconds
+            traces, self._trace_times = self._trace_times, []
+        return traces
 
     def read_new(self) -> list[tuple[Signature, ...]]:
         """The steps that ran since the last read, in order: for each step,
@@ -239,7 +246,7 @@ def install_probe(model: Any, function: str, holder: dict) -> None:
             probe.record_guarded(data)
         outputs = original(data)
         if probe is not None:
-            probe.add_trace_seconds(time.perf_counter() - start)
+            probe.add_trace(start, time.perf_counter() - start)
         return outputs
 
     probed_step._keras_xla_probe = True
@@ -273,6 +280,7 @@ class ModelProbes:
         self.owner: Any = None
         # HLO statistics per (signature, train function), computed once.
         self.hlo_results: dict = {}
+
         self.tracker = SignatureTracker()
         self._built: dict[str, tuple[Any, tuple]] = {}
 
@@ -299,7 +307,7 @@ class ModelProbes:
             install_probe(model, function, self.holder)
         self.holder[function] = ShapeProbe(
             function,
-            slots=int(model.steps_per_execution or 1),
+            slots=RING_CALLS * int(model.steps_per_execution or 1),
             strategy=model.distribute_strategy,
         )
         getattr(model, f"make_{function}_function")(force=True)
@@ -312,19 +320,46 @@ class ModelProbes:
     def probe(self, function: str) -> ShapeProbe | None:
         return self.holder.get(function)
 
-    def observe(self, record: Any, count_compiles: bool = True) -> None:
-        """Fills a `timing.StepRecord` with the signatures of the steps its
-        call ran, the tracing time, and (when XLA is on) which signatures
-        are new, i.e. compiled."""
-        probe = self.holder.get(record.function)
-        if probe is None:
+    def flush(
+        self,
+        function: str,
+        records: list,
+        count_compiles: bool = True,
+        next_step: int | None = None,
+    ) -> None:
+        """Reads the probe once and gives `records` (the unread
+        `timing.StepRecord`s of `function`, in order) the signatures of
+        the steps each call ran, the Python tracing time that fell in each
+        call, and (when XLA is on) which signatures are new, i.e. compiled.
+
+        A call ran as many steps as the next call's first step says
+        (`next_step` for the last record), else the rest.
+        """
+        probe = self.holder.get(function)
+        if probe is None or not records:
             return
-        record.signatures = probe.read_new()
-        record.trace_seconds = probe.pop_trace_seconds()
-        if count_compiles:
-            record.new = [
-                (i, r)
-                for i, step in enumerate(record.signatures)
-                for r, sig in enumerate(step)
-                if self.tracker.observe(record.function, sig, r)
-            ]
+        steps = probe.read_new()
+        traces = probe.pop_traces()
+        position = 0
+        for i, record in enumerate(records):
+            following = (
+                records[i + 1].first_step if i + 1 < len(records) else next_step
+            )
+            count = (
+                following - record.first_step
+                if following is not None and following > record.first_step
+                else len(steps) - position
+            )
+            record.signatures = steps[position : position + count]
+            position += count
+            begin = record.started_at
+            record.trace_seconds = sum(
+                s for t, s in traces if begin <= t < begin + record.seconds
+            )
+            if count_compiles:
+                record.new = [
+                    (j, r)
+                    for j, step in enumerate(record.signatures)
+                    for r, sig in enumerate(step)
+                    if self.tracker.observe(function, sig, r)
+                ]

@@ -58,6 +58,23 @@ class StepRecord:
         )
 
 
+def records_from_calls(
+    function: str, calls, clock_offset: float, steps_per_call: int
+) -> list[StepRecord]:
+    """Step records from raw `(first step, start, end)` perf_counter
+    triples; `clock_offset` turns perf_counter times into Unix times."""
+    return [
+        StepRecord(
+            function,
+            first,
+            end - start,
+            started_at=clock_offset + start,
+            fallback_steps=steps_per_call,
+        )
+        for first, start, end in calls
+    ]
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """Linear-interpolated percentile, `q` in [0, 100]."""
     if not values:

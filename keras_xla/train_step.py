@@ -17,6 +17,7 @@ micro-batches inside one compiled step.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import keras
@@ -131,20 +132,19 @@ class XLAModel(keras.Model):
     # strategy. Build the outer function without XLA and compile inside.
 
     def make_train_function(self, force: bool = False):
-        if self.train_function is not None and not force:
-            return self.train_function
-        with _outer_jit_off(self):
-            super().make_train_function(force=True)
-        self._compiled_steps.pop("train", None)
-        return self.train_function
+        return self._make_outer("train", force)
 
     def make_test_function(self, force: bool = False):
-        if self.test_function is not None and not force:
-            return self.test_function
+        return self._make_outer("test", force)
+
+    def _make_outer(self, function: str, force: bool):
+        attr = f"{function}_function"
+        if getattr(self, attr) is not None and not force:
+            return getattr(self, attr)
         with _outer_jit_off(self):
-            super().make_test_function(force=True)
-        self._compiled_steps.pop("test", None)
-        return self.test_function
+            getattr(super(), f"make_{function}_function")(force=True)
+        self._compiled_steps.pop(function, None)
+        return getattr(self, attr)
 
     def _resolve_auto_jit_compile(self) -> bool:
         from keras.src.trainers.trainer import model_supports_jit
@@ -253,8 +253,14 @@ class XLAModel(keras.Model):
 
             @tf.autograph.experimental.do_not_convert
             def probed(data):
-                self._record_probe(function, data)
-                return body(data)
+                start = time.perf_counter()
+                probe = self._probe(function)
+                if probe is not None:
+                    probe.record_guarded(data)
+                outputs = body(data)
+                if probe is not None:
+                    probe.add_trace(start, time.perf_counter() - start)
+                return outputs
 
             if self.jit_compile:
                 fn = tf.function(
@@ -265,11 +271,9 @@ class XLAModel(keras.Model):
             self._compiled_steps[function] = fn
         return fn
 
-    def _record_probe(self, function: str, data) -> None:
+    def _probe(self, function: str):
         probes = self.__dict__.get("_keras_xla_probes")
-        probe = probes.probe(function) if probes is not None else None
-        if probe is not None:
-            probe.record_guarded(data)
+        return probes.probe(function) if probes is not None else None
 
     def _forward(self, data):
         x, y, sample_weight = data_adapter_utils.unpack_x_y_sample_weight(data)

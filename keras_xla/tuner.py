@@ -25,7 +25,7 @@ from keras_xla.diagnostics import Diagnostics
 from keras_xla.probe import ModelProbes
 from keras_xla.report import EpochStats, XLAReport
 from keras_xla.summaries import FINDINGS_TAG, SummaryWriter, epoch_scalars
-from keras_xla.timing import StepRecord
+from keras_xla.timing import records_from_calls
 from keras_xla.unsupported import CHOICES as UNSUPPORTED_CHOICES
 from keras_xla.unsupported import XLAUnsupportedOpError
 
@@ -123,8 +123,7 @@ class XLATuner(keras.callbacks.Callback):
     ```
     """
 
-    # Our batch hooks are begin hooks (always called in the main thread);
-    # declaring this keeps Keras's asynchronous batch-end dispatch intact.
+    # Only begin hooks, called in the main thread: async batch ends are safe.
     async_safe = True
 
     def __init__(
@@ -158,8 +157,7 @@ class XLATuner(keras.callbacks.Callback):
                 )
         if profile_steps is not None and log_dir is None:
             raise ValueError(
-                f"`XLATuner(profile_steps={profile_steps!r})` needs a "
-                "`log_dir` to write the trace to."
+                f"`XLATuner(profile_steps={profile_steps!r})` needs a log_dir."
             )
         self.strict = bool(strict)
         self.log_dir = os.fspath(log_dir) if log_dir is not None else None
@@ -168,14 +166,9 @@ class XLATuner(keras.callbacks.Callback):
         self.peak_flops = peak_flops
         self.profile_steps = tuple(profile_steps) if profile_steps else None
         if mixed_precision is not None:
-            try:
-                precision_lib.float_policy(mixed_precision)
-            except ValueError:
-                raise ValueError(
-                    "Unsupported value `XLATuner(mixed_precision="
-                    f"{mixed_precision!r})`: pass None or a float policy "
-                    "name such as 'mixed_bfloat16'."
-                ) from None
+            precision_lib.float_policy(
+                mixed_precision, "XLATuner(mixed_precision"
+            )
         self.mixed_precision = mixed_precision
         # A bad TF_XLA_FLAGS/XLA_FLAGS aborts the process at the first XLA
         # use; say so now, in words.
@@ -191,9 +184,7 @@ class XLATuner(keras.callbacks.Callback):
             # first XLA compilation of the process.
             self._cache_status = cache_lib.enable_compile_cache(compile_cache)
             self.compile_cache = self._cache_status.directory
-        self._report = XLAReport()
-        self._active = False
-        self._writer = None
+        self._reset()
 
     @property
     def report(self) -> XLAReport:
@@ -214,6 +205,7 @@ class XLATuner(keras.callbacks.Callback):
 
     def on_test_begin(self, logs=None):
         self._guarded(self._close_step)
+        self._guarded(self._flush, "train")
 
     def on_test_batch_begin(self, batch, logs=None):
         self._guarded(self._step_begin, "test", batch)
@@ -237,6 +229,7 @@ class XLATuner(keras.callbacks.Callback):
         self._active = False
         self._open = None
         self._records = {"train": [], "test": []}
+        self._raw = {"train": [], "test": []}
         self._writer = SummaryWriter(self.log_dir) if self.log_dir else None
         # Unix time = perf_counter() + offset: one clock read per step.
         self._clock_offset = time.time() - time.perf_counter()
@@ -278,6 +271,9 @@ class XLATuner(keras.callbacks.Callback):
             self._probes.owner = self
             self._accountant.tracker = self._probes.tracker
             self._rebuild_functions()
+        self._spe = int(model.steps_per_execution or 1)
+        probe = self._probes.probe("train") if self._probes else None
+        self._capacity = probe.slots // self._spe - 1 if probe else 1 << 30
         self._active = True
 
     def _rebuild_functions(self) -> None:
@@ -294,48 +290,53 @@ class XLATuner(keras.callbacks.Callback):
         for function in ("train", "test"):
             self._probes.prepare(model, function, config, wrap)
 
-    # Per-step work: kept to a clock read and one small variable read.
+    # Per-step work: two clock reads; the probe is read once per run.
 
     def _step_begin(self, function: str, batch: int) -> None:
+        now = time.perf_counter()
         if not self._active:
             return
-        self._close_step()
-        if function == "train":
+        self._close_step(now)
+        if self.profile_steps is not None and function == "train":
             self._diagnostics.step_begin()
         self._open = (function, batch, time.perf_counter())
 
-    def _close_step(self) -> None:
-        now = time.perf_counter()
+    def _close_step(self, now: float | None = None) -> None:
+        now = now or time.perf_counter()
         if not self._active or self._open is None:
             return
         function, batch, start = self._open
         self._open = None
-        record = StepRecord(
-            function,
-            batch,
-            now - start,
-            started_at=self._clock_offset + start,
-            fallback_steps=int(self.model.steps_per_execution or 1),
+        raw = self._raw[function]
+        raw.append((batch, start, now))
+        if len(raw) >= self._capacity:  # the probe's ring could wrap next
+            self._flush(function, next_step=batch + self._spe)
+
+    def _flush(self, function: str, next_step: int | None = None) -> None:
+        """Turns the raw (batch, start, end) of `function`'s calls since
+        the last flush into step records, with one read of the probe."""
+        raw, self._raw[function] = self._raw[function], []
+        records = records_from_calls(
+            function, raw, self._clock_offset, self._spe
         )
+        self._records[function].extend(records)
         if self._probes is not None:
-            self._probes.observe(record, count_compiles=self._jit_on)
-        self._records[function].append(record)
+            self._probes.flush(function, records, self._jit_on, next_step)
 
     # Epoch and validation ends.
 
     def _epoch_begin(self, epoch: int) -> None:
         self._accountant.start_epoch(epoch)
         self._records = {"train": [], "test": []}
-        self._cache_before = (
-            cache_lib.cache_entries(self.compile_cache)
-            if self.compile_cache
-            else {}
-        )
+        self._raw = {"train": [], "test": []}
+        cache = self.compile_cache
+        self._cache_before = cache_lib.cache_entries(cache) if cache else {}
 
     def _test_end(self) -> None:
         if not self._active:
             return
         self._close_step()
+        self._flush("test")
         records, self._records["test"] = self._records["test"], []
         self._accountant.finish_run("test", records, self._records["train"])
 
@@ -343,6 +344,7 @@ class XLATuner(keras.callbacks.Callback):
         if not self._active:
             return
         self._close_step()
+        self._flush("train")
         records, self._records["train"] = self._records["train"], []
         stats = self._accountant.finish_epoch(records)
         if self._cache_status is not None and self._cache_status.active:
@@ -387,14 +389,11 @@ class XLATuner(keras.callbacks.Callback):
             if self.strict or isinstance(error, XLAUnsupportedOpError):
                 raise
             logger.exception("keras_xla: XLATuner failed in %s", fn.__name__)
-            try:
-                self._accountant.add_finding(
-                    TUNER_ERROR,
-                    "error",
-                    f"XLATuner failed in {fn.__name__}: "
-                    f"{type(error).__name__}: {error}",
-                    "Please report this with the log; training continued "
-                    "without this diagnostic.",
-                )
-            except Exception:  # noqa: BLE001
-                logger.exception("keras_xla: could not record the failure")
+            self._accountant.add_finding(
+                TUNER_ERROR,
+                "error",
+                f"XLATuner failed in {fn.__name__}: "
+                f"{type(error).__name__}: {error}",
+                "Please report this with the log; training continued "
+                "without this diagnostic.",
+            )
