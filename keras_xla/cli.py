@@ -24,6 +24,7 @@ from typing import Any
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TF loads
 
 from keras_xla import flags as flags_lib  # noqa: E402
+from keras_xla import hardware  # noqa: E402
 from keras_xla import report as report_lib  # noqa: E402
 from keras_xla.report import (  # noqa: E402
     REPORT_FILENAME,
@@ -74,16 +75,9 @@ def cpu_features(cpuinfo_path: str = "/proc/cpuinfo") -> dict[str, Any]:
     """The XLA-relevant CPU features in `/proc/cpuinfo`, as lists
     `{"present": [...], "absent": [...]}`; both `"unknown"` where the
     file cannot be read (not Linux)."""
-    try:
-        with open(cpuinfo_path, encoding="utf-8", errors="replace") as f:
-            text = f.read()
-    except OSError:
+    words = hardware.cpu_flags(cpuinfo_path)
+    if not words:
         return {"present": "unknown", "absent": "unknown"}
-    words: set[str] = set()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            words.update(value.split())
     arm = platform.machine().lower() in ("aarch64", "arm64")
     relevant = ARM_FEATURES if arm else X86_FEATURES
     return {

@@ -38,10 +38,12 @@ _NAME = re.compile(r"[-_A-Za-z0-9]*")
 _QUOTED = re.compile(r"""="((?:\\[\s\S]|[^"])*)"?|='([^']*)'?""")
 _WORD = re.compile(r"[^ \t\r\n]*")
 _USAGE = re.compile(r"^\t--(\w+)=.*?\t(int32|int64|bool|string|float)\t", re.M)
-_PROBE = """import json, os, tensorflow as tf
+_PROBE = """import json, os, sys, tensorflow as tf
 lib = tf.sysconfig.get_lib()
-print(json.dumps([os.path.join(lib, f[3:])
-                  for f in tf.sysconfig.get_link_flags() if f[:3] == "-l:"]))
+libs = [os.path.join(lib, f[3:])
+        for f in tf.sysconfig.get_link_flags() if f[:3] == "-l:"]
+sys.stdout.write(json.dumps(libs) + "\\n")
+sys.stdout.flush()
 tf.function(jit_compile=True)(lambda x: x * 2.0)(tf.constant(1.0))"""
 # Only if TensorFlow cannot be asked; unknown names then go unreported.
 _CURATED = {

@@ -224,6 +224,24 @@ class ShapeProbe:
         return sig
 
 
+def with_probe(get_probe, body):
+    """`body(data)` that first records `data` in the probe `get_probe()`
+    returns (looked up when the step is traced) and times its tracing."""
+
+    @tf.autograph.experimental.do_not_convert
+    def probed(data):
+        probe = get_probe()
+        start = time.perf_counter()
+        if probe is not None:
+            probe.record_guarded(data)
+        outputs = body(data)
+        if probe is not None:
+            probe.add_trace(start, time.perf_counter() - start)
+        return outputs
+
+    return probed
+
+
 def install_probe(model: Any, function: str, holder: dict) -> None:
     """Wraps `model.<function>_step` so that it calls the probe.
 
@@ -236,21 +254,9 @@ def install_probe(model: Any, function: str, holder: dict) -> None:
     current = getattr(model, attr)
     if getattr(current, "_keras_xla_probe", False):
         return
-    original = current
-
-    @tf.autograph.experimental.do_not_convert
-    def probed_step(data):
-        probe = holder.get(function)
-        start = time.perf_counter()
-        if probe is not None:
-            probe.record_guarded(data)
-        outputs = original(data)
-        if probe is not None:
-            probe.add_trace(start, time.perf_counter() - start)
-        return outputs
-
+    probed_step = with_probe(lambda: holder.get(function), current)
     probed_step._keras_xla_probe = True
-    probed_step.__wrapped__ = original
+    probed_step.__wrapped__ = current
     # Bypass Keras's attribute tracking: this is a plain function.
     object.__setattr__(model, attr, probed_step)
 

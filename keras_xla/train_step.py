@@ -17,7 +17,6 @@ micro-batches inside one compiled step.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import keras
@@ -32,6 +31,7 @@ from keras_xla.accumulation import (
     check_divisible,
     map_present,
 )
+from keras_xla.probe import with_probe
 
 
 @keras.saving.register_keras_serializable(package="keras_xla")
@@ -250,18 +250,7 @@ class XLAModel(keras.Model):
         train/test function."""
         fn = self._compiled_steps.get(function)
         if fn is None:
-
-            @tf.autograph.experimental.do_not_convert
-            def probed(data):
-                start = time.perf_counter()
-                probe = self._probe(function)
-                if probe is not None:
-                    probe.record_guarded(data)
-                outputs = body(data)
-                if probe is not None:
-                    probe.add_trace(start, time.perf_counter() - start)
-                return outputs
-
+            probed = with_probe(lambda: self._probe(function), body)
             if self.jit_compile:
                 fn = tf.function(
                     probed, jit_compile=True, reduce_retracing=True

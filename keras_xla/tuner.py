@@ -119,7 +119,7 @@ class XLATuner(keras.callbacks.Callback):
     ```python
     tuner = keras_xla.XLATuner(log_dir="logs")
     model.fit(ds, epochs=3, callbacks=[tuner])
-    print(tuner.report.summary())
+    summary = tuner.report.summary()
     ```
     """
 
