@@ -31,6 +31,7 @@ from keras_xla.report import EpochStats
 logger = logging.getLogger(__name__)
 
 DISPATCH_BOUND = "dispatch-bound-steps"
+TENSOR_CORE_ALIGNMENT = "tensor-core-alignment"
 COMPILE_DOMINATES = "compile-dominates"
 HLO_FAILED = "hlo-analysis-failed"
 DISPATCH_MS = 1.0  # median steps shorter than this are launch-dominated
@@ -238,8 +239,22 @@ class Diagnostics:
 
     # Lints.
 
-    def lint(self, stats: EpochStats) -> None:
+    def lint(self, stats: EpochStats, records=()) -> None:
         tuner = self.tuner
+        if stats.epoch == 0:
+            signature = _steady_signature(records)
+            batch = signature.batch_size() if signature else None
+            misaligned = tensor_core_misalignment(tuner.model, batch)
+            if misaligned:
+                tuner._accountant.add_finding(
+                    TENSOR_CORE_ALIGNMENT,
+                    "info",
+                    "Under float16/bfloat16 on a GPU, tensor cores need "
+                    "sizes that are multiples of 8; not so here: "
+                    + ", ".join(misaligned)
+                    + ".",
+                    "Round these sizes up to a multiple of 8.",
+                )
         median = stats.step_time_ms["median"]
         spe = int(getattr(tuner.model, "steps_per_execution", 1) or 1)
         if median is not None and median < DISPATCH_MS and spe == 1:
@@ -266,6 +281,31 @@ class Diagnostics:
                     "Train longer, use the persistent compile cache "
                     "(XLATuner(compile_cache=DIR)), or train without XLA.",
                 )
+
+
+def tensor_core_misalignment(model, batch_size, devices=None) -> list[str]:
+    """Sizes that keep float16/bfloat16 matmuls and convolutions off a
+    GPU's tensor cores (not multiples of 8): `Dense` units, convolution
+    filters and the batch size. Empty without a GPU or in float32."""
+    from keras_xla import hardware
+
+    gpus = [
+        d for d in hardware.describe_devices(devices) if d.device_type == "GPU"
+    ]
+    low = ("float16", "bfloat16")
+    if not gpus:
+        return []
+    out = []
+    for layer in model._flatten_layers(include_self=False):
+        if getattr(layer, "compute_dtype", None) not in low:
+            continue
+        size = getattr(layer, "units", None) or getattr(layer, "filters", 0)
+        if isinstance(size, int) and size % 8:
+            kind = "units" if hasattr(layer, "units") else "filters"
+            out.append(f"{layer.name} {kind}={size}")
+    if out and batch_size and batch_size % 8:
+        out.append(f"batch size {batch_size}")
+    return out
 
 
 def batch_from_signature(signature) -> tuple:

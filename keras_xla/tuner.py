@@ -69,8 +69,9 @@ class XLATuner(keras.callbacks.Callback):
     `jit-disabled-by-determinism`, `jit-disabled-run-eagerly`,
     `jit-disabled-by-strategy`, `jit-disabled-by-backend`,
     `compile-cache-inactive`, `unsupported-op`, `dispatch-bound-steps`,
-    `compile-dominates`, `profiler-busy`, `hlo-analysis-failed`, the flag
-    codes of `keras_xla.flags` (`unknown-xla-flag`, ...), `tuner-error`.
+    `compile-dominates`, `tensor-core-alignment`, `profiler-busy`,
+    `hlo-analysis-failed`, the codes of `keras_xla.flags` and
+    `keras_xla.precision`, `tuner-error`.
 
     The report (`tuner.report`) is also written to
     `<log_dir>/xla_report.json` at every epoch end and at train end.
@@ -352,7 +353,7 @@ class XLATuner(keras.callbacks.Callback):
                 self._report, stats, self._cache_before, self.compile_cache
             )
         self._diagnostics.analyze_hlo(stats, records)
-        self._diagnostics.lint(stats)
+        self._diagnostics.lint(stats, records)
         self._write_epoch(stats)
 
     def _write_epoch(self, stats: EpochStats) -> None:

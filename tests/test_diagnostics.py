@@ -236,3 +236,28 @@ def test_batch_from_signature_rebuilds_structure():
     assert sorted(x) == ["ids", "mask"]
     assert x["ids"].dtype == tf.int32 and x["mask"].shape == (2, 3)
     assert [t.shape for t in y] == [(2,), (2, 4)]
+
+
+def test_tensor_core_alignment_on_gpu_only():
+    from keras_xla.diagnostics import tensor_core_misalignment
+    from keras_xla.hardware import DeviceInfo
+
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        model = keras.Sequential(
+            [
+                keras.Input((16,)),
+                keras.layers.Dense(12, name="odd"),
+                keras.layers.Dense(16, name="even"),
+            ]
+        )
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    gpu = [DeviceInfo("CPU"), DeviceInfo("GPU", "/gpu:0", (8, 0))]
+    assert tensor_core_misalignment(model, 30, gpu) == [
+        "odd units=12",
+        "batch size 30",
+    ]
+    assert tensor_core_misalignment(model, 30, [DeviceInfo("CPU")]) == []
+    plain = dense_model()  # float32: nothing to align
+    assert tensor_core_misalignment(plain, 30, gpu) == []
