@@ -80,7 +80,7 @@ class Diagnostics:
                 return fn(iterator)
             except tf.errors.InvalidArgumentError as error:
                 owner = probes.owner
-                names = unsupported_lib._layer_names(owner.model)
+                names = unsupported_lib.layer_names(owner.model)
                 ops = unsupported_lib.parse_unsupported(str(error), names)
                 if not ops:
                     raise
@@ -212,21 +212,26 @@ class Diagnostics:
             self._profiler_busy(error)
             return
         events = window.compile_events()
-        log = self.tuner.report.compile_log
         self.tuner.report.profile = {
             "steps": [window.start, window.stop],
             "directory": os.path.join(window.log_dir, "plugins", "profile"),
             "files": window.new_files(),
             "profiler_compilations": len(events),
             "profiler_compile_seconds": [round(e.seconds, 4) for e in events],
-            "tuner_compilations": sum(
-                window.start <= c.step <= window.stop
-                for c in log
-                if c.function == "train" and c.epoch == log[0].epoch
-            )
-            if log
-            else 0,
         }
+        self.count_profiled()
+
+    def count_profiled(self) -> None:
+        """The tuner's compilations (train and validation) whose calls ran
+        inside the profile window; called again at each epoch end, since
+        the report learns of a run's compilations when the run ends."""
+        window, profile = self.window, self.tuner.report.profile
+        if window is None or profile is None:
+            return
+        profile["tuner_compilations"] = sum(
+            window.started_at <= c.started_at <= window.ended_at
+            for c in self.tuner.report.compile_log
+        )
 
     def _profiler_busy(self, error: str) -> None:
         self.tuner._accountant.add_finding(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import glob
 import os
+import time
 
 BACKEND_SUFFIX = "Compiler::RunBackend"
 _EXECUTOR_EVENT = "ExecutorState::Process"
@@ -141,6 +142,8 @@ class ProfileWindow:
         self.start, self.stop = start, stop
         self.running = False
         self.done = False
+        # Unix times of the window, to match the tuner's compilations.
+        self.started_at = self.ended_at = 0.0
         self._files_before: set[str] = set()
 
     def begin(self) -> str | None:
@@ -155,6 +158,7 @@ class ProfileWindow:
             self.done = True
             return f"{type(error).__name__}: {error}".strip()
         self.running = True
+        self.started_at = time.time()
         return None
 
     def end(self) -> str | None:
@@ -165,6 +169,7 @@ class ProfileWindow:
             return None
         self.running = False
         self.done = True
+        self.ended_at = time.time()
         try:
             tf.profiler.experimental.stop()
         except Exception as error:  # noqa: BLE001 - never stop training

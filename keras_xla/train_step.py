@@ -264,15 +264,15 @@ class XLAModel(keras.Model):
         probes = self.__dict__.get("_keras_xla_probes")
         return probes.probe(function) if probes is not None else None
 
-    def _forward(self, data):
+    def _forward(self, data, training: bool = False):
         x, y, sample_weight = data_adapter_utils.unpack_x_y_sample_weight(data)
-        y_pred = self._call(x, training=False)
+        y_pred = self._call(x, training=training)
         loss = self._compute_loss(
             x=x,
             y=y,
             y_pred=y_pred,
             sample_weight=sample_weight,
-            training=False,
+            training=training,
         )
         return loss, y_pred
 
@@ -282,16 +282,8 @@ class XLAModel(keras.Model):
         return self._accumulate(data)
 
     def _loss_and_grads(self, data):
-        x, y, sample_weight = data_adapter_utils.unpack_x_y_sample_weight(data)
         with tf.GradientTape() as tape:
-            y_pred = self._call(x, training=True)
-            loss = self._compute_loss(
-                x=x,
-                y=y,
-                y_pred=y_pred,
-                sample_weight=sample_weight,
-                training=True,
-            )
+            loss, y_pred = self._forward(data, training=True)
             scaled = (
                 self.optimizer.scale_loss(loss)
                 if self.optimizer is not None

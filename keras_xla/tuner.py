@@ -324,8 +324,6 @@ class XLATuner(keras.callbacks.Callback):
         if self._probes is not None:
             self._probes.flush(function, records, self._jit_on, next_step)
 
-    # Epoch and validation ends.
-
     def _epoch_begin(self, epoch: int) -> None:
         self._accountant.start_epoch(epoch)
         self._records = {"train": [], "test": []}
@@ -354,6 +352,7 @@ class XLATuner(keras.callbacks.Callback):
             )
         self._diagnostics.analyze_hlo(stats, records)
         self._diagnostics.lint(stats, records)
+        self._diagnostics.count_profiled()
         self._write_epoch(stats)
 
     def _write_epoch(self, stats: EpochStats) -> None:

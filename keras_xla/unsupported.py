@@ -113,7 +113,7 @@ def preflight(model: Any) -> list[UnsupportedOp]:
     try:
         forward.experimental_get_compiler_ir(args)(stage="hlo")
     except Exception as error:  # noqa: BLE001 - any failure: inspect text
-        return parse_unsupported(str(error), _layer_names(model))
+        return parse_unsupported(str(error), layer_names(model))
     return []
 
 
@@ -127,7 +127,8 @@ def has_custom_layers(model: Any) -> bool:
     return False
 
 
-def _layer_names(model: Any) -> list[str]:
+def layer_names(model: Any) -> list[str]:
+    """The names of the model's layers (to map node paths to layers)."""
     return [layer.name for layer in model._flatten_layers(include_self=False)]
 
 
