@@ -1,15 +1,23 @@
-"""Side-by-side timing of two training configurations in one process.
+"""Side-by-side timing of training configurations in one process.
 
 Step times on a small shared CPU drift by tens of percent over seconds, so
-configurations are timed in pairs of short `fit` calls, the order
-alternating within each pair, and compared three ways: the median of the
-per-pair ratios (drift that hits both halves of a pair cancels), the ratio
-of their 25th percentiles, and the ratio of their fastest fits (noise only
-ever adds time). On a 2-core machine some whole fits run in a slow mode of
-about 6 ms per step, with any configuration, when XLA's worker threads,
-tf.data and Python contend for two cores; the script counts them.
+configurations are timed in rounds of short `fit` calls, one per
+configuration per round, the order rotating from round to round. They are
+compared three ways: the median of the per-round ratios (drift that hits a
+whole round cancels), the ratio of their 25th percentiles, and the ratio
+of their fast-mode medians (below).
+
+On a 2-core machine whole fits fall at random into a slow mode where every
+step takes one scheduler tick (about 4.2 ms here, the same for every
+configuration and every model, with the same CPU time per step as a fast
+fit: threads wait for a core). Which fits fall into it is noise, and it
+swamps a 2% difference, so each fit is classed as fast or slow, the fast
+fits are compared on their own, and the slow-mode counts are compared
+with Fisher's exact test. An identical copy of the baseline (`control`)
+runs as a third configuration: its ratios show the noise floor.
 """
 
+import math
 import os
 import platform
 import statistics
@@ -17,6 +25,10 @@ import time
 
 import numpy as np
 import tensorflow as tf
+
+# A fit is in the slow mode when its steps take this much longer than the
+# fastest fit's.
+SLOW_FACTOR = 1.5
 
 
 def conv_dataset(batch_size, seed=0):
@@ -34,44 +46,88 @@ def conv_dataset(batch_size, seed=0):
     )
 
 
-def time_pairs(runs, pairs):
-    """Calls each of the two `runs` (name -> callable) once to warm up,
-    then `pairs` times each, alternating the order; returns name -> list of
-    seconds."""
+def time_pairs(runs, rounds):
+    """Calls each of `runs` (name -> callable) once to warm up, then
+    `rounds` times each, one call of each per round, the order rotating;
+    returns name -> list of seconds, index = round."""
     names = list(runs)
     for run in runs.values():
         run()
     times = {name: [] for name in names}
-    for i in range(pairs):
-        for name in names if i % 2 == 0 else reversed(names):
+    for i in range(rounds):
+        shift = i % len(names)
+        for name in names[shift:] + names[:shift]:
             start = time.perf_counter()
             runs[name]()
             times[name].append(time.perf_counter() - start)
     return times
 
 
-def report(times, steps, baseline, candidate):
-    """Prints per-config ms/step and the candidate/baseline ratios."""
+def fisher_exact(a, n_a, b, n_b):
+    """Two-sided p-value of Fisher's exact test for `a` of `n_a` against
+    `b` of `n_b`."""
+    k, n = a + b, n_a + n_b
+
+    def probability(x):
+        return math.comb(n_a, x) * math.comb(n_b, k - x) / math.comb(n, k)
+
+    observed = probability(a)
+    low, high = max(0, k - n_b), min(k, n_a)
+    return min(
+        1.0,
+        sum(
+            probability(x)
+            for x in range(low, high + 1)
+            if probability(x) <= observed * (1 + 1e-9)
+        ),
+    )
+
+
+def report(times, steps, baseline, candidates):
+    """Prints per-config ms/step and each candidate/baseline ratio; returns
+    {candidate: (median per-round ratio, p25 ratio, fast-mode ratio)}."""
+    if isinstance(candidates, str):
+        candidates = [candidates]
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cores, "
         f"{platform.processor() or 'cpu'}"
     )
-    fastest = min(min(v) for v in times.values())
-    for name, values in times.items():
-        ms = sorted(v / steps * 1000 for v in values)
-        slow = sum(v > 1.7 * fastest for v in values)
-        print(
-            f"{name:12} ms/step: p25 {ms[len(ms) // 4]:.3f}, median "
-            f"{statistics.median(ms):.3f}; slow-mode fits {slow}/{len(ms)}"
+    ms = {k: [v / steps * 1000 for v in vs] for k, vs in times.items()}
+    limit = SLOW_FACTOR * min(min(v) for v in ms.values())
+    fast = {k: [x for x in v if x <= limit] for k, v in ms.items()}
+    for name, values in ms.items():
+        ordered = sorted(values)
+        fast_median = (
+            f"{statistics.median(fast[name]):.3f}" if fast[name] else "-"
         )
-    ratios = [c / b for c, b in zip(times[candidate], times[baseline])]
-    p25 = {k: sorted(v)[len(v) // 4] for k, v in times.items()}
-    median_ratio = statistics.median(ratios)
-    p25_ratio = p25[candidate] / p25[baseline]
-    min_ratio = min(times[candidate]) / min(times[baseline])
-    print(
-        f"{candidate} / {baseline}: median per-pair ratio "
-        f"{median_ratio:.4f}; p25 ratio {p25_ratio:.4f}; best-fit ratio "
-        f"{min_ratio:.4f}"
-    )
-    return median_ratio, p25_ratio, min_ratio
+        print(
+            f"{name:12} ms/step: p25 {ordered[len(ordered) // 4]:.3f}, "
+            f"median {statistics.median(ordered):.3f}, fast-mode median "
+            f"{fast_median}; slow-mode fits "
+            f"{len(values) - len(fast[name])}/{len(values)}"
+        )
+    results = {}
+    base = ms[baseline]
+    for name in candidates:
+        values = ms[name]
+        ratios = [c / b for c, b in zip(values, base)]
+        p25 = sorted(values)[len(values) // 4] / sorted(base)[len(base) // 4]
+        fast_ratio = (
+            statistics.median(fast[name]) / statistics.median(fast[baseline])
+            if fast[name] and fast[baseline]
+            else float("nan")
+        )
+        p_slow = fisher_exact(
+            len(values) - len(fast[name]),
+            len(values),
+            len(base) - len(fast[baseline]),
+            len(base),
+        )
+        results[name] = (statistics.median(ratios), p25, fast_ratio)
+        print(
+            f"{name} / {baseline}: median per-round ratio "
+            f"{results[name][0]:.4f}; p25 ratio {p25:.4f}; fast-mode "
+            f"median ratio {fast_ratio:.4f}; slow-mode count difference "
+            f"p = {p_slow:.2f} (Fisher)"
+        )
+    return results

@@ -1,12 +1,13 @@
 """XLATuner's overhead on steady-state step time, side by side.
 
-Two identical models with `jit_compile=True`, one trained plainly and one
-with `XLATuner`, after a warm-up fit that compiles both, timed in pairs of
+Three identical models with `jit_compile=True`: one trained plainly, an
+identical copy of it (the control, which shows the noise floor), and one
+with `XLATuner`, after warm-up fits that compile them, timed in rounds of
 short `fit` calls (see `paired.py` for the method). The figure covers all
-the tuner's costs: the probe ops inside the step, the per-step variable
-read, per-epoch statistics and summaries.
+the tuner's costs: the probe ops inside the step, its hooks, the ring
+buffer read per run, per-epoch statistics and summaries.
 
-Run: python benchmarks/tuner_overhead.py [--pairs 40] [--steps 100]
+Run: python benchmarks/tuner_overhead.py [--rounds 40] [--steps 200]
 """
 
 import argparse
@@ -35,13 +36,13 @@ def make_model(cls=keras.Model):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--pairs", type=int, default=40)
-    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=32)
     args = parser.parse_args()
 
     ds = conv_dataset(args.batch_size)
-    plain, tuned = make_model(), make_model()
+    plain, control, tuned = make_model(), make_model(), make_model()
     tuner = XLATuner(verbose=0)
     hook_seconds = time_hooks(tuner)
     common = dict(
@@ -49,17 +50,18 @@ def main():
     )
     runs = {
         "plain": lambda: plain.fit(ds, **common),
+        "control": lambda: control.fit(ds, **common),
         "tuner": lambda: tuned.fit(ds, callbacks=[tuner], **common),
     }
     runs["tuner"]()  # compiles, and runs the one-off HLO analysis
     hook_seconds[0] = 0.0
-    times = time_pairs(runs, args.pairs)
+    times = time_pairs(runs, args.rounds)
     print(
-        f"steps per fit: {args.steps}, pairs: {args.pairs}, "
+        f"steps per fit: {args.steps}, rounds: {args.rounds}, "
         f"batch size: {args.batch_size}; tuner compilations in the last "
         f"fit: {tuner.report.total_compilations}"
     )
-    median_ratio, _, _ = report(times, args.steps, "plain", "tuner")
+    report(times, args.steps, "plain", ["control", "tuner"])
     fits = len(times["tuner"]) + 1  # and time_pairs' own warm-up fit
     per_step = hook_seconds[0] / (fits * args.steps)
     plain_step = min(times["plain"]) / args.steps

@@ -3,9 +3,9 @@
 XLAModel compiles the forward and backward pass per replica and applies
 the optimizer outside the XLA cluster; plain Keras compiles the whole step,
 optimizer included. This measures what that design costs on one device,
-timed in pairs of short `fit` calls (see `paired.py` for the method).
+timed in rounds of short `fit` calls (see `paired.py` for the method).
 
-Run: python benchmarks/xlamodel_step.py [--pairs 40] [--steps 100]
+Run: python benchmarks/xlamodel_step.py [--rounds 40] [--steps 100]
 """
 
 import argparse
@@ -21,7 +21,7 @@ from keras_xla import XLAModel  # noqa: E402
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--pairs", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--batch-size", type=int, default=32)
     args = parser.parse_args()
@@ -36,10 +36,10 @@ def main():
             "keras.Model": lambda: plain.fit(ds, **common),
             "XLAModel": lambda: xla.fit(ds, **common),
         },
-        args.pairs,
+        args.rounds,
     )
     print(
-        f"steps per fit: {args.steps}, pairs: {args.pairs}, "
+        f"steps per fit: {args.steps}, rounds: {args.rounds}, "
         f"batch size: {args.batch_size}"
     )
     report(times, args.steps, "keras.Model", "XLAModel")
