@@ -20,7 +20,6 @@ from keras_xla.report import (
 )
 from keras_xla.signatures import (
     FINDING_CODES,
-    SignatureTracker,
     describe,
     explain,
     fix_for,
@@ -41,12 +40,10 @@ class Accountant:
 
     Args:
         report: The report to fill.
-        tracker: The model's compiled signatures (shared across `fit`s).
     """
 
-    def __init__(self, report: XLAReport, tracker: SignatureTracker | None):
+    def __init__(self, report: XLAReport):
         self.report = report
-        self.tracker = tracker
         self._findings: dict[tuple, Finding] = {}
         self._medians: dict[str, float] = {}
         self._results: dict[str, dict] = {}
@@ -71,7 +68,6 @@ class Accountant:
             self._medians[function] = stats.median_seconds
         counts = {"compilations": 0, "compile_seconds": 0.0}
         recompiles = 0
-        histories: dict[int, tuple] = {}
         for r_index, record in enumerate(records):
             if not record.new:
                 continue
@@ -81,7 +77,7 @@ class Accountant:
                 counts["compilations"] += 1
                 counts["compile_seconds"] += seconds
                 sig = record.signatures[index][replica]
-                previous = self._previous(function, replica, sig, histories)
+                previous = record.previous.get((index, replica), ())
                 self.report.compile_log.append(
                     Compilation(
                         function=function,
@@ -188,15 +184,6 @@ class Accountant:
                 f"{finding.compile_seconds:.2f} s of compiling."
             )
         return finding
-
-    def _previous(self, function, replica, sig, histories):
-        """Signatures `function` compiled on `replica` before `sig`."""
-        if replica not in histories:
-            compiled = self.tracker.compiled(function, replica)
-            index = {s: i for i, s in enumerate(compiled)}
-            histories[replica] = (compiled, index)
-        compiled, index = histories[replica]
-        return compiled[: index[sig]]
 
     def _reference_median(self, function, train_so_far) -> float | None:
         """Per-step time to compare compiled steps with when a run has no

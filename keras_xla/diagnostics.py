@@ -22,6 +22,7 @@ import os
 import time
 from typing import Any
 
+from keras_xla import compile_cache as cache_lib
 from keras_xla import flops as flops_lib
 from keras_xla import hlo as hlo_lib
 from keras_xla import unsupported as unsupported_lib
@@ -51,6 +52,21 @@ class Diagnostics:
         self.window = None
         self._step = 0
         self._analyzed = False
+
+    def report_setup(self) -> None:
+        """Findings for bad XLA flags; the compile cache's report section."""
+        tuner = self.tuner
+        for problem in tuner._flag_problems:
+            tuner._accountant.add_finding(
+                problem.code,
+                "error",
+                problem.message,
+                problem.suggestion or "Remove the flag.",
+            )
+        if tuner._cache_status is not None:
+            cache_lib.start_report(
+                tuner._cache_status, tuner.report, tuner._accountant
+            )
 
     # Unsupported ops.
 

@@ -269,13 +269,25 @@ def _scope(strategy):
     )
 
 
+class _Variant:
+    """One built step function, with its probe and compiled signatures."""
+
+    def __init__(self, fn: Any, probe: ShapeProbe, config: tuple) -> None:
+        self.fn = fn
+        self.probe = probe
+        self.config = config
+        self.tracker = SignatureTracker()
+
+
 class ModelProbes:
     """One model's probes, compiled signatures and probed step functions.
 
     Kept on the model across `fit` calls, so a shape compiled in an earlier
     `fit` is not counted again, and a step function is rebuilt only when
-    its configuration (XLA on/off, steps per execution) really changes or
-    Keras rebuilt it (after `compile()`).
+    its configuration (XLA on/off, steps per execution, precision) really
+    changes or Keras rebuilt it (after `compile()`). Each configuration's
+    function is kept (a variant, with its own probe and signatures), so
+    switching back to a configuration reuses its compiled step.
     """
 
     ATTR = "_keras_xla_probes"
@@ -286,9 +298,8 @@ class ModelProbes:
         self.owner: Any = None
         # HLO statistics per (signature, train function), computed once.
         self.hlo_results: dict = {}
-
-        self.tracker = SignatureTracker()
-        self._built: dict[str, tuple[Any, tuple]] = {}
+        self._variants: dict[str, dict[tuple, _Variant]] = {}
+        self._active: dict[str, _Variant] = {}
 
     @classmethod
     def of(cls, model: Any) -> ModelProbes:
@@ -301,30 +312,44 @@ class ModelProbes:
     def prepare(
         self, model: Any, function: str, config: tuple, wrap=None
     ) -> bool:
-        """Makes `model.<function>_function` a probed function built with
-        `config` (and wrapped by `wrap`, if given); returns True if it had
-        to be (re)built."""
+        """Makes `model.<function>_function` the probed function of
+        `config` (wrapped by `wrap`, if given), built now unless this
+        configuration's function exists already; returns True if built."""
         attr = f"{function}_function"
-        current = getattr(model, attr, None)
-        built = self._built.get(function)
-        if current is not None and built == (current, config):
+        active = self._active.get(function)
+        if active is None or getattr(model, attr, None) is not active.fn:
+            # Keras built or dropped the function itself (compile()).
+            self._variants[function] = {}
+        elif active.config == config:
             return False
-        if not getattr(model, "_keras_xla_native_probe", False):
-            install_probe(model, function, self.holder)
-        self.holder[function] = ShapeProbe(
-            function,
-            slots=RING_CALLS * int(model.steps_per_execution or 1),
-            strategy=model.distribute_strategy,
-        )
-        getattr(model, f"make_{function}_function")(force=True)
-        if wrap is not None:
-            setattr(model, attr, wrap(function, getattr(model, attr)))
-        self._built[function] = (getattr(model, attr), config)
-        self.tracker.reset(function)
-        return True
+        variants = self._variants.setdefault(function, {})
+        variant = variants.get(config)
+        built = variant is None
+        if built:
+            if not getattr(model, "_keras_xla_native_probe", False):
+                install_probe(model, function, self.holder)
+            probe = ShapeProbe(
+                function,
+                slots=RING_CALLS * int(model.steps_per_execution or 1),
+                strategy=model.distribute_strategy,
+            )
+            self.holder[function] = probe
+            getattr(model, f"make_{function}_function")(force=True)
+            fn = getattr(model, attr)
+            if wrap is not None:
+                fn = wrap(function, fn)
+            variant = variants[config] = _Variant(fn, probe, config)
+        setattr(model, attr, variant.fn)
+        self.holder[function] = variant.probe
+        self._active[function] = variant
+        return built
 
     def probe(self, function: str) -> ShapeProbe | None:
         return self.holder.get(function)
+
+    def tracker(self, function: str) -> SignatureTracker:
+        """The compiled signatures of `function`'s active variant."""
+        return self._active[function].tracker
 
     def flush(
         self,
@@ -346,6 +371,7 @@ class ModelProbes:
             return
         steps = probe.read_new()
         traces = probe.pop_traces()
+        tracker = self.tracker(function)
         position = 0
         for i, record in enumerate(records):
             following = (
@@ -362,10 +388,11 @@ class ModelProbes:
             record.trace_seconds = sum(
                 s for t, s in traces if begin <= t < begin + record.seconds
             )
-            if count_compiles:
-                record.new = [
-                    (j, r)
-                    for j, step in enumerate(record.signatures)
-                    for r, sig in enumerate(step)
-                    if self.tracker.observe(function, sig, r)
-                ]
+            if not count_compiles:
+                continue
+            for j, step in enumerate(record.signatures):
+                for r, sig in enumerate(step):
+                    if tracker.observe(function, sig, r):
+                        record.new.append((j, r))
+                        compiled = tracker.compiled(function, r)
+                        record.previous[j, r] = compiled[:-1]

@@ -104,6 +104,7 @@ class EpochStats:
     by_function: dict = dataclasses.field(default_factory=dict)
     compile_cache_hits: int | None = None
     compile_cache_misses: int | None = None
+    jit_compile: bool | None = None
 
 
 @dataclasses.dataclass
@@ -119,6 +120,7 @@ class XLAReport:
     compile_cache: dict | None = None
     hlo: dict | None = None
     profile: dict | None = None
+    decision: dict | None = None
 
     @property
     def total_compilations(self) -> int:
@@ -145,6 +147,7 @@ class XLAReport:
             "compile_cache": self.compile_cache,
             "hlo": self.hlo,
             "profile": self.profile,
+            "decision": self.decision,
         }
 
     def to_json(self) -> str:
@@ -177,6 +180,10 @@ class XLAReport:
             ],
             findings=[Finding(**f) for f in data.get("findings", [])],
             compile_log=[Compilation(**c) for c in data.get("compile_log", [])],
+            compile_cache=data.get("compile_cache"),
+            hlo=data.get("hlo"),
+            profile=data.get("profile"),
+            decision=data.get("decision"),
         )
 
     @classmethod
@@ -218,6 +225,18 @@ class XLAReport:
                 )
             )
         lines.extend(format_table(rows))
+        if self.decision and self.decision.get("status") == "decided":
+            d = self.decision
+            speedup = d.get("speedup_vs_default")
+            lines.append(
+                f"Trial: {d['winner']} won ({d['reason']}); "
+                + (
+                    f"{speedup:.2f}x Keras's default {d['default']}, paying "
+                    f"back its compile in {d['break_even_steps']} steps."
+                    if speedup
+                    else "Keras's default was not a candidate."
+                )
+            )
         top = sorted(
             self.findings,
             key=lambda f: (f.severity != "warning", -f.compile_seconds),
@@ -225,6 +244,9 @@ class XLAReport:
         for f in top:
             lines.append(f"[{f.code}] {f.message} Fix: {f.fix}")
         return "\n".join(lines)
+
+    def decision_markdown(self) -> str:
+        return decision_markdown(self.decision)
 
     def findings_markdown(self) -> str:
         """Findings as a Markdown table (TensorBoard's text plugin renders
@@ -239,6 +261,35 @@ class XLAReport:
                 f"{f.compile_seconds:.2f} | {_md(f.message)} | {_md(f.fix)} |"
             )
         return "\n".join(out)
+
+
+def decision_markdown(decision: dict | None) -> str:
+    """The trial's decision as Markdown: a sentence and a table of the
+    candidates."""
+    if not decision:
+        return "No trial."
+    d = decision
+    lines = [
+        f"**{d['status']}**: winner `{d.get('winner')}`. {_md(d['reason'])}"
+    ]
+    if d.get("speedup_vs_default") is not None:
+        lines.append(
+            f"Speedup over Keras's default (`{d['default']}`): "
+            f"{d['speedup_vs_default']:.2f}x; the winner's compile pays "
+            f"back in {d['break_even_steps']} steps. Trial: "
+            f"{d['trial_steps']} steps, {d['trial_seconds']:.1f} s."
+        )
+    lines += [
+        "",
+        "| candidate | timed steps | median step ms | compile s |",
+        "| --- | --- | --- | --- |",
+    ]
+    for c in d.get("candidates", []):
+        lines.append(
+            f"| `{c['name']}` | {c['measured_steps']} | "
+            f"{_fmt(c['median_step_ms'])} | {_fmt(c['compile_seconds'])} |"
+        )
+    return "\n".join(lines)
 
 
 def format_table(rows: list[tuple[str, ...]]) -> list[str]:

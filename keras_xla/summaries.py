@@ -17,10 +17,12 @@ SCALAR_TAGS = (
     "xla/step_time_ms_median",
     "xla/step_time_ms_p90",
     "xla/examples_per_second",
+    "xla/jit_compile",
 )
 HLO_TAGS = ("xla/fusion_ratio", "xla/kernels_per_step", "xla/achieved_tflops")
 CACHE_TAGS = ("xla/compile_cache_hits", "xla/compile_cache_misses")
 FINDINGS_TAG = "xla/findings"
+DECISION_TAG = "xla/decision"
 TRAIN_RUN = "train"
 
 
@@ -36,6 +38,7 @@ def epoch_scalars(stats, hlo: dict | None = None) -> dict[str, float]:
         "xla/step_time_ms_median": median_ms,
         "xla/step_time_ms_p90": stats.step_time_ms["p90"],
         "xla/examples_per_second": stats.examples_per_second or 0.0,
+        "xla/jit_compile": 1.0 if stats.jit_compile else 0.0,
     }
     if hlo:
         scalars["xla/fusion_ratio"] = hlo["fusion_ratio"]

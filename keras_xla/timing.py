@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Sequence
 
 
@@ -29,6 +30,9 @@ class StepRecord:
         trace_seconds: Python tracing time measured during this call.
         fallback_steps: Steps assumed when no signature could be read.
         started_at: Unix time at which the call started.
+        previous: For each `(step index, replica)` in `new`, the
+            signatures the same function had compiled before, oldest
+            first (empty for its first compilation).
     """
 
     function: str
@@ -39,6 +43,7 @@ class StepRecord:
     trace_seconds: float = 0.0
     fallback_steps: int = 1
     started_at: float = 0.0
+    previous: dict = dataclasses.field(default_factory=dict)
 
     @property
     def steps(self) -> int:
@@ -104,11 +109,12 @@ def run_statistics(
 ) -> RunStatistics:
     """Median and p90 per-step time over steps that did not compile.
 
-    Steps that compiled are left out of the steady state. If every step
+    Steps that compiled or traced the step function are left out of the
+    steady state. If every step
     compiled, `fallback_median` (an earlier epoch's median) is used, and
     failing that the median over all steps.
     """
-    steady = [r for r in records if not r.compiled]
+    steady = [r for r in records if not r.compiled and not r.trace_seconds]
     pool = steady or list(records)
     per_step = [r.seconds_per_step for r in pool for _ in range(r.steps)]
     if not per_step:
@@ -150,3 +156,68 @@ def estimate_compile_seconds(
     expected = (median_seconds or 0.0) * record.steps
     excess = record.seconds - expected - record.trace_seconds
     return max(excess, 0.0) / len(record.new)
+
+
+class StepTimer:
+    """Wall time of every call of the train and test functions.
+
+    Each call costs two clock reads in a begin hook: a call ends where the
+    next one (or the run) begins. The raw `(first step, start, end)`
+    triples are turned into `StepRecord`s only when flushed, once per run,
+    or when `capacity` calls are pending (the probe's ring buffer would
+    wrap next).
+
+    Args:
+        steps_per_call: Steps one call runs (`steps_per_execution`).
+        capacity: Calls kept raw before `on_flush` must run.
+        on_flush: `on_flush(function, records, next_step)`, called with
+            the new records of each flush (fills in their signatures).
+    """
+
+    def __init__(self, steps_per_call: int, capacity: int, on_flush) -> None:
+        self.steps_per_call = steps_per_call
+        self.capacity = capacity
+        self.on_flush = on_flush
+        # Unix time = perf_counter() + offset: one clock read per call.
+        self.clock_offset = time.time() - time.perf_counter()
+        self.records: dict[str, list[StepRecord]] = {"train": [], "test": []}
+        self._raw: dict[str, list] = {"train": [], "test": []}
+        self._open: tuple | None = None
+
+    def begin(self, function: str, batch: int, now: float) -> None:
+        """A call of `function` starting at step `batch`; `now` is the
+        perf_counter read at the very start of the hook (ends the open
+        call)."""
+        self.close(now)
+        self._open = (function, batch, time.perf_counter())
+
+    def close(self, now: float | None = None) -> None:
+        """Ends the open call (at `now`, else at this moment)."""
+        now = now or time.perf_counter()
+        if self._open is None:
+            return
+        function, batch, start = self._open
+        self._open = None
+        raw = self._raw[function]
+        raw.append((batch, start, now))
+        if len(raw) >= self.capacity:
+            self.flush(function, next_step=batch + self.steps_per_call)
+
+    def flush(self, function: str, next_step: int | None = None) -> list:
+        """Turns `function`'s pending calls into records (returned, and
+        appended to `records[function]`)."""
+        raw, self._raw[function] = self._raw[function], []
+        new = records_from_calls(
+            function, raw, self.clock_offset, self.steps_per_call
+        )
+        self.records[function].extend(new)
+        if new:
+            self.on_flush(function, new, next_step)
+        return new
+
+    def take(self, function: str) -> list[StepRecord]:
+        """Closes and flushes `function`, then hands over all its records."""
+        self.close()
+        self.flush(function)
+        records, self.records[function] = self.records[function], []
+        return records

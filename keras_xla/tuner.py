@@ -16,16 +16,23 @@ import time
 import keras
 from keras.src.utils import io_utils
 
+from keras_xla import autotune
 from keras_xla import compile_cache as cache_lib
 from keras_xla import flags as flags_lib
 from keras_xla import jit as jit_lib
 from keras_xla import precision as precision_lib
+from keras_xla import trial as trial_lib
 from keras_xla.accounting import Accountant
 from keras_xla.diagnostics import Diagnostics
 from keras_xla.probe import ModelProbes
 from keras_xla.report import EpochStats, XLAReport
-from keras_xla.summaries import FINDINGS_TAG, SummaryWriter, epoch_scalars
-from keras_xla.timing import records_from_calls
+from keras_xla.summaries import (
+    DECISION_TAG,
+    FINDINGS_TAG,
+    SummaryWriter,
+    epoch_scalars,
+)
+from keras_xla.timing import StepTimer
 from keras_xla.unsupported import CHOICES as UNSUPPORTED_CHOICES
 from keras_xla.unsupported import XLAUnsupportedOpError
 
@@ -47,21 +54,16 @@ class XLATuner(keras.callbacks.Callback):
     recompilation. When Keras silently keeps XLA off, the report says why.
 
     Logged metrics (TensorBoard scalars in `<log_dir>/train`, one point per
-    epoch, step = epoch):
-
-    - `xla/compilations`: XLA compilations in the epoch (train and
-      validation, first ones included).
-    - `xla/compile_seconds`: estimated seconds spent compiling.
-    - `xla/recompilations`: compilations after each function's first.
-    - `xla/step_time_ms_median`, `xla/step_time_ms_p90`: train step wall
-      time over the steps that did not compile.
-    - `xla/examples_per_second`: train examples per second over those steps.
-    - `xla/findings` (text): the findings as a Markdown table.
-    - After the HLO analysis: `xla/fusion_ratio`, `xla/kernels_per_step`
-      and `xla/achieved_tflops`.
-    - With `compile_cache`: `xla/compile_cache_hits` and
-      `xla/compile_cache_misses`, compilations served from the persistent
-      cache and compiled afresh.
+    epoch, step = epoch): `xla/compilations` (train and validation, first
+    ones included), `xla/compile_seconds` (estimated), `xla/recompilations`
+    (after each function's first), `xla/step_time_ms_median` and
+    `xla/step_time_ms_p90` (train steps that did not compile),
+    `xla/examples_per_second` (over those steps) and `xla/jit_compile` (1
+    when XLA is on at the epoch's end); after the HLO analysis
+    `xla/fusion_ratio`, `xla/kernels_per_step` and `xla/achieved_tflops`;
+    with `compile_cache`, `xla/compile_cache_hits` and
+    `xla/compile_cache_misses`. Text: `xla/findings` (a Markdown table)
+    and, after a trial, `xla/decision`.
 
     Finding codes: `partial-last-batch`, `batch-size-change`,
     `dynamic-dimension`, `dtype-change`, `rank-change`, `new-input`,
@@ -70,8 +72,8 @@ class XLATuner(keras.callbacks.Callback):
     `jit-disabled-by-strategy`, `jit-disabled-by-backend`,
     `compile-cache-inactive`, `unsupported-op`, `dispatch-bound-steps`,
     `compile-dominates`, `tensor-core-alignment`, `profiler-busy`,
-    `hlo-analysis-failed`, the codes of `keras_xla.flags` and
-    `keras_xla.precision`, `tuner-error`.
+    `hlo-analysis-failed`, `trial-skipped`, the codes of
+    `keras_xla.flags` and `keras_xla.precision`, `tuner-error`.
 
     The report (`tuner.report`) is also written to
     `<log_dir>/xla_report.json` at every epoch end and at train end.
@@ -82,7 +84,9 @@ class XLATuner(keras.callbacks.Callback):
             keeps everything in memory. Defaults to `None`.
         jit_compile: `True` turns XLA on for this `fit` (the train function
             is rebuilt once, in `on_train_begin`), `False` turns it off,
-            `None` keeps the model's own setting. Defaults to `True`.
+            `None` keeps the model's own setting, `"auto"` measures both
+            in a live trial (`keras_xla.trial`) and keeps the faster.
+            Defaults to `True`.
         strict: Raise on the tuner's own failures, and when XLA was
             requested but cannot be on, instead of logging them as
             findings. Defaults to `False`.
@@ -113,7 +117,13 @@ class XLATuner(keras.callbacks.Callback):
             precision setup (findings); a policy name such as
             `"mixed_bfloat16"` applies it to the live model in
             `on_train_begin` (outputs stay float32, loss scaling for
-            float16). Defaults to `None`.
+            float16); `"auto"` measures float32 against
+            `precision.recommend_policy()` in the trial. Defaults to `None`.
+        trial_budget: The trial's length: a fraction of the first epoch's
+            steps, or a number of steps. The winner, its speedup over
+            Keras's default configuration and its break-even step count go
+            to `report.decision` and the `xla/decision` text summary.
+            Defaults to `0.25`.
 
     Example:
 
@@ -139,6 +149,7 @@ class XLATuner(keras.callbacks.Callback):
         peak_flops: float | None = None,
         profile_steps: tuple[int, int] | None = None,
         mixed_precision: str | None = None,
+        trial_budget: float | int = 0.25,
     ) -> None:
         super().__init__()
         if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
@@ -147,7 +158,7 @@ class XLATuner(keras.callbacks.Callback):
                 "directory path or None."
             )
         for name, value, choices in (
-            ("jit_compile", jit_compile, jit_lib.JIT_CHOICES),
+            ("jit_compile", jit_compile, (*jit_lib.JIT_CHOICES, "auto")),
             ("verbose", verbose, (0, 1)),
             ("on_unsupported", on_unsupported, UNSUPPORTED_CHOICES),
         ):
@@ -166,7 +177,9 @@ class XLATuner(keras.callbacks.Callback):
         self.analyze_hlo = bool(analyze_hlo)
         self.peak_flops = peak_flops
         self.profile_steps = tuple(profile_steps) if profile_steps else None
-        if mixed_precision is not None:
+        trial_lib.validate_budget(trial_budget)
+        self.trial_budget = trial_budget
+        if mixed_precision not in (None, trial_lib.AUTO):
             precision_lib.float_policy(
                 mixed_precision, "XLATuner(mixed_precision"
             )
@@ -179,6 +192,7 @@ class XLATuner(keras.callbacks.Callback):
         self.jit_compile = jit_compile
         self.verbose = verbose
         self.compile_cache = None
+        self._trial_result = None  # (model, winner's state, decision)
         self._cache_status = None
         if compile_cache is not None:
             # Now, not in on_train_begin: TensorFlow reads the flag at the
@@ -205,7 +219,6 @@ class XLATuner(keras.callbacks.Callback):
         self._guarded(self._step_begin, "train", batch)
 
     def on_test_begin(self, logs=None):
-        self._guarded(self._close_step)
         self._guarded(self._flush, "train")
 
     def on_test_batch_begin(self, batch, logs=None):
@@ -225,43 +238,35 @@ class XLATuner(keras.callbacks.Callback):
     def _reset(self) -> None:
         # Allow instances to be re-used across fit calls.
         self._report = XLAReport()
-        self._accountant = Accountant(self._report, None)
+        self._accountant = Accountant(self._report)
         self._diagnostics = Diagnostics(self)
         self._active = False
-        self._open = None
-        self._records = {"train": [], "test": []}
-        self._raw = {"train": [], "test": []}
+        self._timer = None
+        self._trial = None
+        self._decided = None  # the trial's decision, to write at epoch end
         self._writer = SummaryWriter(self.log_dir) if self.log_dir else None
-        # Unix time = perf_counter() + offset: one clock read per step.
-        self._clock_offset = time.time() - time.perf_counter()
 
     def _train_begin(self) -> None:
         model = self.model
-        if self.mixed_precision is not None:
+        auto = trial_lib.AUTO in (self.jit_compile, self.mixed_precision)
+        original = trial_lib.ModelState(model) if auto else None
+        if self.mixed_precision not in (None, trial_lib.AUTO):
             precision_lib.apply_policy(model, self.mixed_precision)
         for f in precision_lib.check_precision(model):
             self._accountant.add_finding(f.code, f.severity, f.message, f.fix)
         self._report.environment = jit_lib.describe_environment(model)
-        info, cause = jit_lib.configure_jit(model, self.jit_compile)
+        requested = True if self.jit_compile == "auto" else self.jit_compile
+        info, cause = jit_lib.configure_jit(model, requested)
+        info.requested = self.jit_compile
         self._report.jit = info
         if cause is not None:
             code, reason, fix = cause
-            if self.strict and self.jit_compile:
+            if self.strict and self.jit_compile is True:
                 raise ValueError(f"XLA cannot be enabled: {reason}. {fix}")
             self._accountant.add_finding(
                 code, "warning", f"XLA is off: {reason}.", fix
             )
-        for problem in self._flag_problems:
-            self._accountant.add_finding(
-                problem.code,
-                "error",
-                problem.message,
-                problem.suggestion or "Remove the flag.",
-            )
-        if self._cache_status is not None:
-            cache_lib.start_report(
-                self._cache_status, self._report, self._accountant
-            )
+        self._diagnostics.report_setup()
         self._jit_on = info.enabled
         if self._jit_on:
             self._diagnostics.preflight()
@@ -270,14 +275,17 @@ class XLATuner(keras.callbacks.Callback):
         if native or jit_lib.replicas_in_sync(model) == 1:
             self._probes = ModelProbes.of(model)
             self._probes.owner = self
-            self._accountant.tracker = self._probes.tracker
-            self._rebuild_functions()
         self._spe = int(model.steps_per_execution or 1)
+        if auto:
+            self._trial = autotune.start(self, original)
+        if self._probes is not None:
+            self._rebuild_functions()
         probe = self._probes.probe("train") if self._probes else None
-        self._capacity = probe.slots // self._spe - 1 if probe else 1 << 30
+        capacity = probe.slots // self._spe - 1 if probe else 1 << 30
+        self._timer = StepTimer(self._spe, capacity, self._on_flush)
         self._active = True
 
-    def _rebuild_functions(self) -> None:
+    def _rebuild_functions(self, functions=("train", "test")) -> None:
         """(Re)builds the probed train and test functions if their
         configuration changed; guarded against unsupported ops when XLA
         is on."""
@@ -288,7 +296,7 @@ class XLATuner(keras.callbacks.Callback):
             model.dtype_policy.name,
         )
         wrap = self._diagnostics.guard if self._jit_on else None
-        for function in ("train", "test"):
+        for function in functions:
             self._probes.prepare(model, function, config, wrap)
 
     # Per-step work: two clock reads; the probe is read once per run.
@@ -297,55 +305,44 @@ class XLATuner(keras.callbacks.Callback):
         now = time.perf_counter()
         if not self._active:
             return
-        self._close_step(now)
+        if self._trial is not None and function == "train":
+            self._timer.close(now)
+            autotune.step(self, batch)
         if self.profile_steps is not None and function == "train":
             self._diagnostics.step_begin()
-        self._open = (function, batch, time.perf_counter())
+        self._timer.begin(function, batch, now)
 
-    def _close_step(self, now: float | None = None) -> None:
-        now = now or time.perf_counter()
-        if not self._active or self._open is None:
-            return
-        function, batch, start = self._open
-        self._open = None
-        raw = self._raw[function]
-        raw.append((batch, start, now))
-        if len(raw) >= self._capacity:  # the probe's ring could wrap next
-            self._flush(function, next_step=batch + self._spe)
+    def _flush(self, function: str) -> None:
+        if self._active:
+            self._timer.close()
+            self._timer.flush(function)
+            if self._trial is not None:
+                autotune.finish(self)
 
-    def _flush(self, function: str, next_step: int | None = None) -> None:
-        """Turns the raw (batch, start, end) of `function`'s calls since
-        the last flush into step records, with one read of the probe."""
-        raw, self._raw[function] = self._raw[function], []
-        records = records_from_calls(
-            function, raw, self._clock_offset, self._spe
-        )
-        self._records[function].extend(records)
+    def _on_flush(self, function: str, records: list, next_step) -> None:
         if self._probes is not None:
             self._probes.flush(function, records, self._jit_on, next_step)
 
     def _epoch_begin(self, epoch: int) -> None:
         self._accountant.start_epoch(epoch)
-        self._records = {"train": [], "test": []}
-        self._raw = {"train": [], "test": []}
         cache = self.compile_cache
         self._cache_before = cache_lib.cache_entries(cache) if cache else {}
 
     def _test_end(self) -> None:
         if not self._active:
             return
-        self._close_step()
-        self._flush("test")
-        records, self._records["test"] = self._records["test"], []
-        self._accountant.finish_run("test", records, self._records["train"])
+        records = self._timer.take("test")
+        self._accountant.finish_run(
+            "test", records, self._timer.records["train"]
+        )
 
     def _epoch_end(self, epoch: int) -> None:
         if not self._active:
             return
-        self._close_step()
         self._flush("train")
-        records, self._records["train"] = self._records["train"], []
+        records = self._timer.take("train")
         stats = self._accountant.finish_epoch(records)
+        stats.jit_compile = bool(self._jit_on)
         if self._cache_status is not None and self._cache_status.active:
             cache_lib.label_epoch(
                 self._report, stats, self._cache_before, self.compile_cache
@@ -363,13 +360,17 @@ class XLATuner(keras.callbacks.Callback):
         self._writer.write_text(
             stats.epoch, FINDINGS_TAG, self._report.findings_markdown()
         )
+        if self._decided is not None:
+            self._decided = None
+            text = self._report.decision_markdown()
+            self._writer.write_text(stats.epoch, DECISION_TAG, text)
         self._writer.flush()
         self._report.write(self.log_dir)
 
     def _train_end(self) -> None:
         if not self._active:
             return
-        self._close_step()
+        self._timer.close()
         self._diagnostics.end_profile()
         self._active = False
         if self._writer is not None:

@@ -153,6 +153,7 @@ def test_tensorboard_serves_xla_scalars_and_findings(trained, tmp_path):
             "xla/examples_per_second": [
                 e.examples_per_second or 0.0 for e in epochs
             ],
+            "xla/jit_compile": [1.0 for e in epochs],
         }
         assert set(expected) == set(SCALAR_TAGS)
         for tag, values in expected.items():

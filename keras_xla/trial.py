@@ -1,0 +1,295 @@
+"""A live trial of XLA on/off and precision candidates in the first epoch.
+
+"Turn on XLA and mixed precision" is often wrong: which configuration
+trains fastest depends on the hardware, the model and the TensorFlow
+version. With `XLATuner(jit_compile="auto")` and/or
+`mixed_precision="auto"`, the first epoch's first steps run in short
+windows of each candidate configuration (XLA on/off x float32/the
+recommended policy), the order rotating from round to round so that drift
+of the machine hits every candidate alike. Every step is a real training
+step on the same weights and optimizer state. The first call of each
+window (it pays a switch, and the candidate's compilation in its first
+window) and any call that compiled or traced is left out of the timing.
+The fastest candidate by median step time trains the rest of the run.
+
+Each candidate keeps its own step function (`probe.ModelProbes` variants)
+and its own layer policies, so switching back costs no recompilation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from typing import Any
+
+from keras_xla import precision as precision_lib
+
+AUTO = "auto"
+ROUNDS = 3  # windows per candidate
+MIN_WINDOW_CALLS = 3  # one warm-up call and at least two timed calls
+MAX_WINDOW_CALLS = 25
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One configuration: XLA on or off, and a dtype policy name."""
+
+    jit: bool
+    policy: str
+
+    @property
+    def name(self) -> str:
+        return f"{'xla' if self.jit else 'no_xla'}/{self.policy}"
+
+
+def plan_candidates(
+    jit: Any, precision: Any, xla_possible: bool, model: Any
+) -> tuple[list[Candidate], Candidate]:
+    """The candidates for the requested `jit` and `precision` ("auto", or
+    a fixed value applied to all), and Keras's default configuration
+    (`jit_compile="auto"` as Keras resolves it, float32)."""
+    if jit == AUTO:
+        jits = [False, True] if xla_possible else [False]
+    else:
+        jits = [bool(model.jit_compile) if jit is None else bool(jit)]
+    current = model.dtype_policy.name
+    if precision == AUTO:
+        recommended, _ = precision_lib.recommend_policy()
+        policies = list(dict.fromkeys(["float32", recommended]))
+    else:
+        policies = [
+            precision_lib.float_policy(precision).name if precision else current
+        ]
+    candidates = [Candidate(j, p) for j in jits for p in policies]
+    return candidates, Candidate(keras_auto_jit(model), "float32")
+
+
+def keras_auto_jit(model: Any) -> bool:
+    """What Keras's `jit_compile="auto"` resolves to for `model` (off on
+    CPU-only machines and under tf.distribute)."""
+    try:
+        return bool(model._resolve_auto_jit_compile())
+    except Exception:  # noqa: BLE001 - a private Keras method
+        return False
+
+
+class ModelState:
+    """A model's precision and XLA settings: layer policies, the model's
+    policy, its optimizer (loss scaling) and `jit_compile`."""
+
+    def __init__(self, model: Any) -> None:
+        self.layers = [
+            (layer, layer.dtype_policy)
+            for layer in model._flatten_layers(include_self=False)
+        ]
+        self.policy = model.dtype_policy
+        self.optimizer = getattr(model, "optimizer", None)
+        self.jit = model.jit_compile
+
+    def restore(self, model: Any) -> None:
+        for layer, policy in self.layers:
+            if layer.dtype_policy is not policy:
+                layer.dtype_policy = policy
+        model.dtype_policy = self.policy
+        if self.optimizer is not None and model.optimizer is not self.optimizer:
+            model.optimizer = self.optimizer
+        model.jit_compile = self.jit
+
+
+class Trial:
+    """The schedule, the measurements and the decision of one trial.
+
+    Args:
+        candidates: The configurations to try (two or more).
+        default: Keras's default configuration, for the speedup figure.
+        window_calls: Calls of the train function per window.
+        steps_per_call: Steps one call runs.
+    """
+
+    def __init__(
+        self,
+        candidates: list[Candidate],
+        default: Candidate,
+        window_calls: int,
+        steps_per_call: int = 1,
+    ) -> None:
+        self.candidates = candidates
+        self.default = default
+        self.window_calls = window_calls
+        self.steps_per_call = steps_per_call
+        n = len(candidates)
+        self.plan = [
+            candidates[(i + r) % n]
+            for r in range(ROUNDS)
+            for i in range(n)
+            for _ in range(window_calls)
+        ]
+        self.position = 0
+        self.states: dict[Candidate, ModelState] = {}
+        self.original: ModelState | None = None
+        self.active: Candidate | None = None
+        self._consumed = 0
+        self._window: Candidate | None = None
+        self._seconds: dict[Candidate, list[float]] = {
+            c: [] for c in candidates
+        }
+        self._first: dict[Candidate, Any] = {}
+        self._calls = 0
+        self._wall = 0.0
+
+    @property
+    def done(self) -> bool:
+        return self.position >= len(self.plan)
+
+    def boundary(self) -> bool:
+        """Whether the call about to start begins a window (or ends the
+        trial)."""
+        return self.done or self.position % self.window_calls == 0
+
+    def current(self) -> Candidate:
+        return self.plan[self.position]
+
+    def advance(self) -> None:
+        self._window = self.plan[self.position]
+        self.position += 1
+
+    def close_window(self, records: list) -> None:
+        """Takes the records the last window added to `records` (the
+        epoch's train records so far)."""
+        fresh = records[self._consumed :]
+        self._consumed = len(records)
+        if self._window is None or not fresh:
+            return
+        candidate = self._window
+        self._calls += len(fresh)
+        self._wall += sum(r.seconds for r in fresh)
+        self._first.setdefault(candidate, fresh[0])
+        for record in fresh[1:]:
+            if not record.compiled and record.trace_seconds == 0.0:
+                self._seconds[candidate].append(record.seconds_per_step)
+
+    def state(self, model: Any, candidate: Candidate) -> ModelState:
+        """Puts `model` in `candidate`'s configuration (applying the policy
+        the first time, restoring it after)."""
+        state = self.states.get(candidate)
+        if state is not None:
+            state.restore(model)
+            return state
+        if self.original is None:
+            self.original = ModelState(model)
+        self.original.restore(model)
+        if candidate.policy != model.dtype_policy.name:
+            precision_lib.apply_policy(model, candidate.policy)
+        model.jit_compile = candidate.jit
+        state = self.states[candidate] = ModelState(model)
+        return state
+
+    def decide(self) -> tuple[Candidate | None, dict]:
+        """The winner (None when the trial could not decide) and the
+        report's `decision` section."""
+        rows = []
+        medians = {}
+        for c in self.candidates:
+            times = self._seconds[c]
+            median = statistics.median(times) if len(times) >= 2 else None
+            medians[c] = median
+            first = self._first.get(c)
+            compile_s = None
+            if first is not None and median is not None:
+                excess = first.seconds - median * first.steps
+                compile_s = round(max(excess, 0.0), 3)
+            rows.append(candidate_row(c, len(times), _ms(median), compile_s))
+        measured = [c for c in self.candidates if medians[c] is not None]
+        decision = {
+            "candidates": rows,
+            "default": self.default.name,
+            "trial_steps": self._calls * self.steps_per_call,
+            "trial_seconds": round(self._wall, 3),
+        }
+        if len(measured) < len(self.candidates):
+            missing = [c.name for c in self.candidates if c not in measured]
+            decision.update(
+                status="skipped",
+                winner=None,
+                reason="too few timed steps of " + ", ".join(missing),
+            )
+            return None, decision
+        winner = min(measured, key=lambda c: medians[c])
+        decision.update(status="decided", winner=winner.name)
+        decision.update(_versus_default(winner, self.default, medians, rows))
+        ranked = sorted(measured, key=lambda c: medians[c])
+        decision["reason"] = ", ".join(
+            f"{c.name} {medians[c] * 1000:.2f} ms" for c in ranked
+        )
+        return winner, decision
+
+
+def window_calls(budget_steps: int, n: int, steps_per_call: int) -> int:
+    """Calls per window for a trial of `budget_steps` steps over `n`
+    candidates; 0 when the budget is too small to decide."""
+    calls = budget_steps // steps_per_call // (ROUNDS * n)
+    if calls < MIN_WINDOW_CALLS:
+        return 0
+    return min(calls, MAX_WINDOW_CALLS)
+
+
+def budget_steps(budget: Any, epoch_steps: int | None) -> int | None:
+    """Trial steps for `trial_budget` (a fraction of the first epoch, or a
+    number of steps); None when the epoch length is unknown."""
+    if isinstance(budget, int):
+        return budget
+    if not epoch_steps:
+        return None
+    return int(budget * epoch_steps)
+
+
+def validate_budget(budget: Any) -> None:
+    ok = (isinstance(budget, int) and not isinstance(budget, bool)) and (
+        budget >= 1
+    )
+    ok = ok or (isinstance(budget, float) and 0.0 < budget <= 1.0)
+    if not ok:
+        raise ValueError(
+            f"Unsupported value `XLATuner(trial_budget={budget!r})`: pass a "
+            "fraction of the first epoch in (0, 1] (e.g. 0.25) or a number "
+            "of steps (e.g. 120)."
+        )
+
+
+def minimum_steps(n: int, steps_per_call: int) -> int:
+    return ROUNDS * n * MIN_WINDOW_CALLS * steps_per_call
+
+
+def _versus_default(winner, default, medians, rows) -> dict:
+    base = medians.get(default)
+    if base is None:
+        return {"speedup_vs_default": None, "break_even_steps": None}
+    gain = base - medians[winner]
+    compile_s = next(r for r in rows if r["name"] == winner.name)
+    seconds = compile_s["compile_seconds"] or 0.0
+    if winner == default:
+        steps = 0
+    elif gain > 0:
+        steps = math.ceil(seconds / gain)
+    else:
+        steps = None
+    return {
+        "speedup_vs_default": round(base / medians[winner], 4),
+        "break_even_steps": steps,
+    }
+
+
+def candidate_row(c, measured=0, median_ms=None, compile_seconds=None) -> dict:
+    return {
+        "name": c.name,
+        "jit_compile": c.jit,
+        "policy": c.policy,
+        "measured_steps": measured,
+        "median_step_ms": median_ms,
+        "compile_seconds": compile_seconds,
+    }
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000.0, 4)

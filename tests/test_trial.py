@@ -1,0 +1,263 @@
+"""The XLA/precision trial: schedule, timing rules, decision, and live runs
+that must pick a planted winner."""
+
+import json
+
+import pytest
+from conftest import conv_model, regression_data
+
+from keras_xla import trial as trial_lib
+from keras_xla.timing import StepRecord
+from keras_xla.trial import Candidate, Trial
+
+A = Candidate(False, "float32")
+B = Candidate(True, "float32")
+C = Candidate(True, "mixed_bfloat16")
+
+
+def record(seconds, compiled=False, trace=0.0, steps=1):
+    r = StepRecord("train", 0, seconds, fallback_steps=steps)
+    if compiled:
+        r.new = [(0, 0)]
+    r.trace_seconds = trace
+    return r
+
+
+def run_plan(trial, seconds_of):
+    """Feeds the trial one record per planned call, as the tuner does."""
+    records = []
+    while not trial.done:
+        if trial.boundary():
+            trial.close_window(records)
+        candidate = trial.current()
+        trial.advance()
+        first = not any(r._candidate == candidate for r in records)
+        r = record(
+            seconds_of(candidate, first), compiled=first and candidate.jit
+        )
+        r._candidate = candidate
+        records.append(r)
+    trial.close_window(records)
+    return records
+
+
+def test_schedule_rotates_candidates_in_equal_windows():
+    trial = Trial([A, B, C], A, window_calls=3)
+    windows = [trial.plan[i] for i in range(0, len(trial.plan), 3)]
+    assert windows == [A, B, C, B, C, A, C, A, B]
+    assert len(trial.plan) == trial_lib.ROUNDS * 3 * 3
+
+
+def test_decision_skips_warmup_and_compiled_calls():
+    # The first call of every window is 10x slow (a switch), the first of a
+    # candidate 1000x (its compile): neither may count.
+    speed = {A: 0.004, B: 0.002, C: 0.003}
+
+    def seconds(candidate, first):
+        return speed[candidate] * (1000 if first else 1)
+
+    trial = Trial([A, B, C], A, window_calls=4)
+    run_plan(trial, seconds)
+    winner, decision = trial.decide()
+    assert winner == B
+    rows = {row["name"]: row for row in decision["candidates"]}
+    # 3 windows of 4 calls, the first call of each left out.
+    assert rows["xla/float32"]["measured_steps"] == 9
+    assert rows["xla/float32"]["median_step_ms"] == pytest.approx(2.0)
+    assert rows["no_xla/float32"]["median_step_ms"] == pytest.approx(4.0)
+    assert rows["xla/float32"]["compile_seconds"] == pytest.approx(
+        2.0 - 0.002, abs=1e-3
+    )
+    assert decision["status"] == "decided"
+    assert decision["winner"] == "xla/float32"
+    assert decision["default"] == "no_xla/float32"
+    assert decision["speedup_vs_default"] == pytest.approx(2.0)
+    # 1.998 s of compiling at 2 ms saved per step.
+    assert decision["break_even_steps"] == 999
+    assert decision["trial_steps"] == 36
+
+
+def test_traced_calls_and_too_few_steps():
+    trial = Trial([A, B], A, window_calls=3)
+    trial.advance()
+    trial.close_window([record(0.01), record(0.001, trace=0.5), record(0.002)])
+    winner, decision = trial.decide()
+    assert winner is None
+    assert decision["status"] == "skipped"
+    assert "no_xla/float32" in decision["reason"]
+    assert decision["candidates"][0]["measured_steps"] == 1
+
+
+def test_winner_equal_to_default_breaks_even_at_once():
+    trial = Trial([A, B], A, window_calls=3)
+    run_plan(trial, lambda c, first: 0.001 if c == A else 0.003)
+    winner, decision = trial.decide()
+    assert winner == A
+    assert decision["speedup_vs_default"] == 1.0
+    assert decision["break_even_steps"] == 0
+
+
+def test_budget_and_window_size():
+    assert trial_lib.budget_steps(0.25, 400) == 100
+    assert trial_lib.budget_steps(120, None) == 120
+    assert trial_lib.budget_steps(0.25, None) is None
+    assert trial_lib.window_calls(100, 4, 1) == 8
+    assert trial_lib.window_calls(35, 4, 1) == 0
+    assert trial_lib.window_calls(36, 4, 1) == 3
+    assert trial_lib.window_calls(10_000, 2, 1) == trial_lib.MAX_WINDOW_CALLS
+    assert trial_lib.window_calls(100, 2, 4) == 4
+    assert trial_lib.minimum_steps(4, 2) == 72
+    for bad in (0, -1, 0.0, 1.5, "a", True):
+        with pytest.raises(ValueError, match="trial_budget"):
+            trial_lib.validate_budget(bad)
+
+
+class Planted:
+    """A layer that burns time under one compute dtype only."""
+
+    @staticmethod
+    def build(slow_dtype):
+        import keras
+
+        class SlowUnder(keras.layers.Layer):
+            def call(self, x):
+                if self.compute_dtype == slow_dtype:
+                    # Depends on the batch, so it cannot be folded away.
+                    m = keras.ops.ones((384, 384), x.dtype) + keras.ops.mean(x)
+                    burn = m
+                    for _ in range(12):
+                        burn = keras.ops.matmul(burn, m) * 1e-3
+                    x = x + keras.ops.sum(burn) * 0.0
+                return x
+
+        keras.utils.set_random_seed(0)
+        inputs = keras.Input((16, 4))
+        h = keras.layers.Conv1D(8, 3)(inputs)
+        h = SlowUnder()(h)
+        h = keras.layers.GlobalAveragePooling1D()(h)
+        model = keras.Model(inputs, keras.layers.Dense(1)(h))
+        model.compile("adam", "mse", jit_compile=False)
+        return model
+
+
+@pytest.mark.parametrize(
+    "slow_dtype, winner",
+    [
+        ("float32", "no_xla/mixed_bfloat16"),
+        ("bfloat16", "no_xla/float32"),
+    ],
+)
+def test_trial_picks_the_planted_winner(monkeypatch, slow_dtype, winner):
+    monkeypatch.setattr(
+        trial_lib.precision_lib,
+        "recommend_policy",
+        lambda *args: ("mixed_bfloat16", "test"),
+    )
+    from keras_xla import XLATuner
+
+    model = Planted.build(slow_dtype)
+    x, y = regression_data(16 * 80)
+    tuner = XLATuner(
+        jit_compile=False, mixed_precision="auto", trial_budget=0.5, verbose=0
+    )
+    model.fit(x, y, batch_size=16, epochs=2, callbacks=[tuner], verbose=0)
+    decision = tuner.report.decision
+    assert decision["status"] == "decided"
+    assert decision["winner"] == winner
+    medians = {c["name"]: c["median_step_ms"] for c in decision["candidates"]}
+    assert min(medians, key=medians.get) == winner
+    assert all(c["measured_steps"] >= 6 for c in decision["candidates"])
+    policy = winner.split("/")[1]
+    assert model.dtype_policy.name == policy
+    assert model.layers[2].dtype_policy.name == policy  # the planted layer
+    assert model.layers[-1].dtype_policy.name == "float32"  # the output
+    # The rest of the run trained in the winner's configuration: the
+    # second epoch is as fast as the winner was in the trial.
+    second = tuner.report.epochs[1].step_time_ms["median"]
+    loser = max(medians.values())
+    assert second < loser
+
+
+def test_live_trial_with_xla_is_consistent(profiled, tmp_path):
+    import tensorflow as tf
+    from tensorboard.backend.event_processing import event_accumulator
+
+    from keras_xla import XLATuner
+
+    model = conv_model(jit_compile=False)
+    x, y = regression_data(32 * 60 + 8)
+    tuner = XLATuner(
+        log_dir=str(tmp_path),
+        jit_compile="auto",
+        trial_budget=36,
+        analyze_hlo=False,
+        verbose=0,
+    )
+    with profiled() as events:
+        model.fit(
+            x,
+            y,
+            batch_size=32,
+            epochs=2,
+            callbacks=[tuner],
+            verbose=0,
+            validation_data=(x[:40], y[:40]),
+        )
+    report = tuner.report
+    decision = report.decision
+    names = [c["name"] for c in decision["candidates"]]
+    assert names == ["no_xla/float32", "xla/float32"]
+    assert decision["default"] == "no_xla/float32"
+    winner_jit = decision["winner"] == "xla/float32"
+    assert model.jit_compile is winner_jit
+    assert report.jit.enabled is winner_jit and report.jit.requested == "auto"
+    # Every XLA compilation, the trial's included, is counted.
+    assert report.total_compilations == len(events)
+    train_first = [c for c in report.compile_log if c.function == "train"]
+    # The XLA candidate compiled its train step (full batch, and the
+    # partial last batch if it won).
+    assert train_first and train_first[0].epoch == 0
+    data = json.loads((tmp_path / "xla_report.json").read_text())
+    assert data["decision"]["winner"] == decision["winner"]
+    acc = event_accumulator.EventAccumulator(
+        str(tmp_path / "train"), size_guidance={"tensors": 0}
+    )
+    acc.Reload()
+    jit_points = [
+        float(tf.make_ndarray(e.tensor_proto))
+        for e in acc.Tensors("xla/jit_compile")
+    ]
+    assert jit_points == [float(winner_jit)] * 2
+    assert len(acc.Tensors("xla/decision")) == 1
+
+
+def test_second_fit_reuses_the_decision():
+    from keras_xla import XLATuner
+
+    model = conv_model(jit_compile=False)
+    x, y = regression_data(32 * 40)
+    tuner = XLATuner(jit_compile="auto", trial_budget=24, verbose=0)
+    model.fit(x, y, batch_size=32, epochs=1, callbacks=[tuner], verbose=0)
+    first = tuner.report.decision
+    model.fit(x, y, batch_size=32, epochs=1, callbacks=[tuner], verbose=0)
+    again = tuner.report.decision
+    assert again["status"] == "reused"
+    assert again["winner"] == first["winner"]
+    assert tuner.report.total_compilations == 0
+
+
+def test_trial_skipped_when_the_epoch_is_too_short():
+    from keras_xla import XLATuner
+
+    model = conv_model(jit_compile=False)
+    x, y = regression_data(32 * 20)
+    tuner = XLATuner(jit_compile="auto", verbose=0)
+    with pytest.warns(UserWarning, match="trial-skipped"):
+        model.fit(x, y, batch_size=32, epochs=1, callbacks=[tuner], verbose=0)
+    report = tuner.report
+    assert report.decision["status"] == "skipped"
+    assert "5 steps" in report.decision["reason"]
+    finding = next(f for f in report.findings if f.code == "trial-skipped")
+    assert "18" in finding.fix  # 2 candidates x 3 rounds x 3 calls
+    # The model trains as compiled: XLA stays off.
+    assert model.jit_compile is False and report.jit.enabled is False
