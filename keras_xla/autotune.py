@@ -70,10 +70,11 @@ def start(tuner: Any, original: trial_lib.ModelState) -> trial_lib.Trial | None:
         )
     if problem is not None:
         decision = {"status": "skipped", "winner": None, "candidates": rows}
-        _fall_back(tuner, original, decision, *problem)
+        _fall_back(tuner, original, tuner._jit_on, decision, *problem)
         return None
     trial = trial_lib.Trial(candidates, default, calls, spe)
     trial.original = original
+    trial.xla_possible = tuner._jit_on
     trial.active = candidates[0]
     trial.state(model, trial.active)
     tuner._jit_on = bool(model.jit_compile)
@@ -109,6 +110,7 @@ def finish(tuner: Any) -> None:
         _fall_back(
             tuner,
             trial.original,
+            trial.xla_possible,
             decision,
             f"it ended with {decision['reason']}",
             "Raise `trial_budget`, or give the first epoch more steps.",
@@ -119,10 +121,10 @@ def finish(tuner: Any) -> None:
     _settle(tuner, decision)
 
 
-def _fall_back(tuner, original, decision, problem, fix) -> None:
+def _fall_back(tuner, original, xla_possible, decision, problem, fix):
     """No decision: the model trains as it was compiled."""
     original.restore(tuner.model)
-    tuner.model.jit_compile = bool(original.jit) and tuner._jit_on
+    tuner.model.jit_compile = bool(original.jit) and xla_possible
     decision["reason"] = f"The XLA/precision trial was skipped: {problem}."
     tuner._accountant.add_finding(
         TRIAL_SKIPPED, "warning", decision["reason"], fix

@@ -143,7 +143,8 @@ class XLAModel(keras.Model):
             return getattr(self, attr)
         with _outer_jit_off(self):
             getattr(super(), f"make_{function}_function")(force=True)
-        self._compiled_steps.pop(function, None)
+        for key in [k for k in self._compiled_steps if k[0] == function]:
+            del self._compiled_steps[key]
         return getattr(self, attr)
 
     def _resolve_auto_jit_compile(self) -> bool:
@@ -248,7 +249,10 @@ class XLAModel(keras.Model):
     def _step_fn(self, function: str, body):
         """The (compiled, probed) `body` for `function`, built once per
         train/test function."""
-        fn = self._compiled_steps.get(function)
+        # Keyed by the XLA setting too: a step function kept for another
+        # configuration (XLATuner's trial) may trace again.
+        key = (function, bool(self.jit_compile))
+        fn = self._compiled_steps.get(key)
         if fn is None:
             probed = with_probe(lambda: self._probe(function), body)
             if self.jit_compile:
@@ -257,7 +261,7 @@ class XLAModel(keras.Model):
                 )
             else:
                 fn = probed
-            self._compiled_steps[function] = fn
+            self._compiled_steps[key] = fn
         return fn
 
     def _probe(self, function: str):

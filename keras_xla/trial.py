@@ -129,6 +129,7 @@ class Trial:
         self.states: dict[Candidate, ModelState] = {}
         self.original: ModelState | None = None
         self.active: Candidate | None = None
+        self.xla_possible = True
         self._consumed = 0
         self._window: Candidate | None = None
         self._seconds: dict[Candidate, list[float]] = {

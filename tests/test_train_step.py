@@ -32,13 +32,14 @@ def test_xla_on_by_default_and_outer_function_not_compiled():
     assert model.jit_compile is True
     x, y = regression_data(32)
     model.fit(x, y, batch_size=16, epochs=1, verbose=0)
-    assert set(model._compiled_steps) == {"train"}
+    assert set(model._compiled_steps) == {("train", True)}
     assert model.jit_compile is True
     off = functional()
     off.compile("sgd", "mse", jit_compile=False)
     off.fit(x, y, batch_size=16, epochs=1, verbose=0)
     assert not isinstance(
-        off._compiled_steps["train"], tf.types.experimental.GenericFunction
+        off._compiled_steps["train", False],
+        tf.types.experimental.GenericFunction,
     )
 
 

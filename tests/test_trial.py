@@ -261,3 +261,27 @@ def test_trial_skipped_when_the_epoch_is_too_short():
     assert "18" in finding.fix  # 2 candidates x 3 rounds x 3 calls
     # The model trains as compiled: XLA stays off.
     assert model.jit_compile is False and report.jit.enabled is False
+
+
+def test_trial_drives_xlamodel(profiled):
+    import keras
+
+    from keras_xla import XLAModel, XLATuner
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((16, 4))
+    h = keras.layers.GlobalAveragePooling1D()(keras.layers.Conv1D(8, 3)(inputs))
+    model = XLAModel(inputs, keras.layers.Dense(1)(h))
+    model.compile("adam", "mse", jit_compile=False)
+    x, y = regression_data(32 * 40)
+    tuner = XLATuner(
+        jit_compile="auto", trial_budget=24, analyze_hlo=False, verbose=0
+    )
+    with profiled() as events:
+        model.fit(x, y, batch_size=32, epochs=1, callbacks=[tuner], verbose=0)
+    decision = tuner.report.decision
+    assert decision["status"] == "decided"
+    assert all(c["measured_steps"] >= 6 for c in decision["candidates"])
+    assert model.jit_compile is (decision["winner"] == "xla/float32")
+    # XLAModel compiles its per-replica step once, in the XLA windows.
+    assert tuner.report.total_compilations == len(events) == 1
