@@ -5,13 +5,17 @@ identical copy of it (the control, which shows the noise floor), and one
 with `XLATuner`, after warm-up fits that compile them, timed in rounds of
 short `fit` calls (see `paired.py` for the method). The figure covers all
 the tuner's costs: the probe ops inside the step, its hooks, the ring
-buffer read per run, per-epoch statistics and summaries.
+buffer read per run, per-epoch statistics and summaries. Two parts are
+also measured on their own, where fit's noise cannot hide them: the time
+spent in the tuner's hooks, and the probed train function against
+Keras's own for the same model, called directly in alternating blocks.
 
 Run: python benchmarks/tuner_overhead.py [--rounds 40] [--steps 200]
 """
 
 import argparse
 import os
+import statistics
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -69,6 +73,40 @@ def main():
         f"tuner's own callback time: {per_step * 1e6:.1f} us per step, "
         f"{per_step / plain_step:.2%} of the fastest plain step"
     )
+    print(
+        "probed train function / Keras's, called directly in alternating "
+        f"blocks: median ratio {probe_cost(make_model(), ds):.4f}"
+    )
+
+
+def probe_cost(model, ds, blocks=200, block=25):
+    """The probed, guarded train function the tuner installed against
+    Keras's own one for the same model (both compiled), called directly in
+    alternating blocks: the in-graph probe's cost without fit's noise."""
+    model.fit(ds, epochs=1, steps_per_epoch=5, verbose=0)
+    plain_fn = model.train_function
+    model.fit(
+        ds,
+        callbacks=[XLATuner(verbose=0)],
+        epochs=1,
+        steps_per_epoch=5,
+        verbose=0,
+    )
+    probed_fn = model.train_function
+    iterator = iter(ds)
+    times = {plain_fn: [], probed_fn: []}
+    for fn in times:
+        for _ in range(block):
+            fn(iterator)
+    for i in range(blocks):
+        for fn in list(times)[:: 1 if i % 2 else -1]:
+            start = time.perf_counter()
+            for _ in range(block):
+                logs = fn(iterator)
+            float(logs["loss"])  # wait for the last step
+            times[fn].append(time.perf_counter() - start)
+    ratios = [q / p for p, q in zip(times[plain_fn], times[probed_fn])]
+    return statistics.median(ratios)
 
 
 def time_hooks(tuner):
