@@ -3,6 +3,7 @@ that must pick a planted winner."""
 
 import json
 
+import numpy as np
 import pytest
 from conftest import conv_model, regression_data
 
@@ -285,3 +286,33 @@ def test_trial_drives_xlamodel(profiled):
     assert model.jit_compile is (decision["winner"] == "xla/float32")
     # XLAModel compiles its per-replica step once, in the XLA windows.
     assert tuner.report.total_compilations == len(events) == 1
+
+
+def test_float16_candidate_gets_and_gives_back_loss_scaling(monkeypatch):
+    import keras
+
+    from keras_xla import XLATuner
+
+    monkeypatch.setattr(
+        trial_lib.precision_lib,
+        "recommend_policy",
+        lambda *args: ("mixed_float16", "test"),
+    )
+    model = conv_model(jit_compile=False)
+    inner = model.optimizer
+    x, y = regression_data(32 * 40)
+    tuner = XLATuner(
+        jit_compile=False, mixed_precision="auto", trial_budget=24, verbose=0
+    )
+    model.fit(x, y, batch_size=32, epochs=1, callbacks=[tuner], verbose=0)
+    decision = tuner.report.decision
+    assert decision["status"] == "decided"
+    names = [c["name"] for c in decision["candidates"]]
+    assert names == ["no_xla/float32", "no_xla/mixed_float16"]
+    scaled = isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+    assert scaled is (decision["winner"] == "no_xla/mixed_float16")
+    if not scaled:
+        assert model.optimizer is inner
+    # Both optimizers stepped the same variables: one step count.
+    assert int(inner.iterations.numpy()) == 40
+    assert all(np.isfinite(w).all() for w in model.get_weights())
