@@ -10,12 +10,25 @@ and a `trial-skipped` finding says why and how to make room.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from keras_xla import trial as trial_lib
 from keras_xla.report import JitInfo
 
 TRIAL_SKIPPED = "trial-skipped"
+
+
+class _TrialRetraces(logging.Filter):
+    """Drops TensorFlow's "triggered tf.function retracing" warning while
+    the trial traces one step function per candidate: that is by design,
+    and real retraces are the tuner's own `retrace` findings."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "triggered tf.function retracing" not in record.getMessage()
+
+
+_FILTER = _TrialRetraces()
 
 
 def start(tuner: Any, original: trial_lib.ModelState) -> trial_lib.Trial | None:
@@ -77,6 +90,7 @@ def start(tuner: Any, original: trial_lib.ModelState) -> trial_lib.Trial | None:
     trial.xla_possible = tuner._jit_on
     trial.active = candidates[0]
     trial.state(model, trial.active)
+    logging.getLogger("tensorflow").addFilter(_FILTER)
     tuner._jit_on = bool(model.jit_compile)
     return trial
 
@@ -104,6 +118,7 @@ def finish(tuner: Any) -> None:
     """Decides (on the windows so far, if the epoch ended first) and puts
     the model in the winner's configuration for the rest of training."""
     trial, tuner._trial = tuner._trial, None
+    logging.getLogger("tensorflow").removeFilter(_FILTER)
     trial.close_window(tuner._timer.records["train"])
     winner, decision = trial.decide()
     if winner is None:

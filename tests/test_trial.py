@@ -316,3 +316,35 @@ def test_float16_candidate_gets_and_gives_back_loss_scaling(monkeypatch):
     # Both optimizers stepped the same variables: one step count.
     assert int(inner.iterations.numpy()) == 40
     assert all(np.isfinite(w).all() for w in model.get_weights())
+
+
+def test_trial_silences_tensorflows_retracing_warning_only_while_it_runs():
+    import logging
+
+    from keras_xla import XLATuner, autotune
+
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    tf_logger = logging.getLogger("tensorflow")
+    handler = Keep()
+    tf_logger.addHandler(handler)
+    try:
+        x, y = regression_data(32 * 40)
+        # Earlier models' step functions count towards TensorFlow's
+        # frequent-retracing detector, as in a notebook session.
+        for _ in range(3):
+            conv_model().fit(x[:64], y[:64], batch_size=32, verbose=0)
+        tuner = XLATuner(
+            jit_compile="auto", trial_budget=24, analyze_hlo=False, verbose=0
+        )
+        model = conv_model(jit_compile=False)
+        model.fit(x, y, batch_size=32, epochs=1, callbacks=[tuner], verbose=0)
+    finally:
+        tf_logger.removeHandler(handler)
+    assert tuner.report.decision["status"] == "decided"
+    assert not [m for m in records if "tf.function retracing" in m]
+    assert autotune._FILTER not in tf_logger.filters
