@@ -48,11 +48,12 @@ def plan_candidates(
 ) -> tuple[list[Candidate], Candidate]:
     """The candidates for the requested `jit` and `precision` ("auto", or
     a fixed value applied to all), and Keras's default configuration
-    (`jit_compile="auto"` as Keras resolves it, float32)."""
+    (`jit_compile="auto"` as Keras resolves it, float32). `xla_possible`
+    is `configure_jit`'s verdict for the request (`True` for "auto")."""
     if jit == AUTO:
         jits = [False, True] if xla_possible else [False]
-    else:
-        jits = [bool(model.jit_compile) if jit is None else bool(jit)]
+    else:  # configure_jit applied the request where it can work
+        jits = [bool(xla_possible)]
     current = model.dtype_policy.name
     if precision == AUTO:
         recommended, _ = precision_lib.recommend_policy()

@@ -113,6 +113,36 @@ def test_budget_and_window_size():
             trial_lib.validate_budget(bad)
 
 
+def test_candidates_follow_what_configure_jit_allowed(monkeypatch):
+    monkeypatch.setattr(
+        trial_lib.precision_lib,
+        "recommend_policy",
+        lambda *args: ("mixed_bfloat16", "test"),
+    )
+    model = conv_model(jit_compile=False)
+    plan = trial_lib.plan_candidates
+
+    def names(*args):
+        return [c.name for c in plan(*args, model)[0]]
+
+    assert names("auto", "auto", True) == [
+        "no_xla/float32",
+        "no_xla/mixed_bfloat16",
+        "xla/float32",
+        "xla/mixed_bfloat16",
+    ]
+    assert names("auto", None, False) == ["no_xla/float32"]
+    # XLA asked for but blocked (a StringLookup layer, say): no XLA
+    # candidate.
+    assert names(True, "auto", False) == [
+        "no_xla/float32",
+        "no_xla/mixed_bfloat16",
+    ]
+    assert names(True, "mixed_bfloat16", True) == ["xla/mixed_bfloat16"]
+    # On a CPU-only machine Keras's "auto" is off.
+    assert plan("auto", "auto", True, model)[1].name == "no_xla/float32"
+
+
 class Planted:
     """A layer that burns time under one compute dtype only."""
 
