@@ -1,11 +1,10 @@
 """The `keras-xla` command line: `doctor` and `report`.
 
-`keras-xla doctor [--json]` checks that XLA can work here: versions,
-devices, CPU features, the XLA flag variables (checked before any
-TensorFlow op: a bad `TF_XLA_FLAGS` aborts the process at its first op),
-op determinism and a timed compile. `keras-xla report LOGDIR [LOGDIR2]`
-renders the `xla_report.json` that `XLATuner(log_dir=...)` writes, or
-compares two runs.
+`keras-xla doctor [--json]` checks that XLA can work here: versions, devices,
+CPU features, the XLA flag variables (checked before any TensorFlow op: a
+bad `TF_XLA_FLAGS` aborts the process at its first op), op determinism and
+a timed compile. `keras-xla report LOGDIR [LOGDIR2]` renders the
+`xla_report.json` that `XLATuner(log_dir=...)` writes, or compares two.
 """
 
 from __future__ import annotations
@@ -254,7 +253,7 @@ def _num(value: float | None, digits: int = 2) -> str:
 
 
 def render_report(report: XLAReport, path: str) -> str:
-    """One report as text: jit line, epochs, recompilations, findings."""
+    """One report as text: jit, epochs, recompilations, trial, findings."""
     lines = [f"Report: {path}"]
     if report.jit is not None:
         jit = report.jit
@@ -281,6 +280,8 @@ def render_report(report: XLAReport, path: str) -> str:
         change = f"{r.before} -> {r.after}"
         rows.append((*where, change, r.cause, _num(r.compile_seconds)))
     lines += format_table(rows) if report.recompilations else []
+    if report.decision:
+        lines += ["", "Trial decision", report.decision_markdown()]
     lines += ["", f"Findings ({len(report.findings)})"]
     for f in report.findings:
         lines.append(

@@ -366,3 +366,45 @@ def test_report_of_an_invalid_file_exits_2(tmp_path, capsys, text, problem):
     err = capsys.readouterr().err
     assert err.startswith(f"keras-xla report: {path} {problem}")
     assert EXPECTED in err
+
+
+def test_report_renders_the_trial_decision(tmp_path):
+    report = hand_built_report([1, 0, 0], [1.0, 1.0, 1.0], [0.5, 0, 0])
+    row = dict(jit_compile=False, policy="float32", compile_seconds=0.4)
+    report.decision = {
+        "status": "decided",
+        "winner": "no_xla/mixed_bfloat16",
+        "default": "no_xla/float32",
+        "reason": "no_xla/mixed_bfloat16 4.00 ms, no_xla/float32 6.00 ms",
+        "speedup_vs_default": 1.5,
+        "break_even_steps": 0,
+        "trial_steps": 36,
+        "trial_seconds": 0.2,
+        "candidates": [
+            {
+                **row,
+                "name": "no_xla/float32",
+                "measured_steps": 12,
+                "median_step_ms": 6.0,
+            },
+            {
+                **row,
+                "name": "no_xla/mixed_bfloat16",
+                "measured_steps": 12,
+                "median_step_ms": 4.0,
+                "policy": "mixed_bfloat16",
+            },
+        ],
+    }
+    # The decision survives the JSON round trip.
+    loaded = XLAReport.load(report.write(str(tmp_path)))
+    assert loaded.decision == report.decision
+    out = cli.render_report(loaded, "r")
+    part = out[out.index("Trial decision") :].splitlines()
+    assert part[1] == (
+        "**decided**: winner `no_xla/mixed_bfloat16`. "
+        "no_xla/mixed_bfloat16 4.00 ms, no_xla/float32 6.00 ms"
+    )
+    assert "1.50x" in part[2] and "36 steps" in part[2]
+    assert "| `no_xla/mixed_bfloat16` | 12 | 4.00 | 0.40 |" in part
+    assert out.index("Trial decision") < out.index("Findings (1)")
