@@ -169,7 +169,8 @@ class Trial:
         self._first.setdefault(candidate, fresh[0])
         for record in fresh[1:]:
             if not record.compiled and record.trace_seconds == 0.0:
-                self._seconds[candidate].append(record.seconds_per_step)
+                per_step = [record.seconds_per_step] * record.steps
+                self._seconds[candidate].extend(per_step)
 
     def state(self, model: Any, candidate: Candidate) -> ModelState:
         """Puts `model` in `candidate`'s configuration (applying the policy

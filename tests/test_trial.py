@@ -378,3 +378,49 @@ def test_trial_silences_tensorflows_retracing_warning_only_while_it_runs():
     assert tuner.report.decision["status"] == "decided"
     assert not [m for m in records if "tf.function retracing" in m]
     assert autotune._FILTER not in tf_logger.filters
+
+
+def test_trial_with_steps_per_execution_counts_steps_not_calls():
+    from keras_xla import XLATuner
+
+    model = conv_model(steps_per_execution=2, jit_compile=False)
+    x, y = regression_data(32 * 60)
+    # 36 steps = 18 calls of 2 steps: 3 rounds x 2 candidates x 3 calls.
+    tuner = XLATuner(jit_compile="auto", trial_budget=36, verbose=0)
+    model.fit(x, y, batch_size=32, epochs=1, callbacks=[tuner], verbose=0)
+    decision = tuner.report.decision
+    assert decision["status"] == "decided"
+    assert decision["trial_steps"] == 36
+    # Each window's first call is left out: 3 windows x 2 calls x 2 steps.
+    assert [c["measured_steps"] for c in decision["candidates"]] == [12, 12]
+    # One step fewer and the trial does not fit.
+    short = XLATuner(jit_compile="auto", trial_budget=35, verbose=0)
+    with pytest.warns(UserWarning, match="trial-skipped"):
+        conv_model(steps_per_execution=2, jit_compile=False).fit(
+            x, y, batch_size=32, epochs=1, callbacks=[short], verbose=0
+        )
+    assert "at least 36" in short.report.decision["reason"]
+
+
+def test_trial_skipped_when_the_epoch_length_is_unknown():
+    import tensorflow as tf
+
+    from keras_xla import XLATuner
+
+    x, y = regression_data(32 * 20)
+
+    def batches():
+        for i in range(0, len(x), 32):
+            yield x[i : i + 32], y[i : i + 32]
+
+    spec = (
+        tf.TensorSpec((None, 16, 4), tf.float32),
+        tf.TensorSpec((None, 1), tf.float32),
+    )
+    ds = tf.data.Dataset.from_generator(batches, output_signature=spec)
+    tuner = XLATuner(jit_compile="auto", verbose=0)
+    with pytest.warns(UserWarning, match="trial-skipped"):
+        conv_model(jit_compile=False).fit(
+            ds, epochs=1, callbacks=[tuner], verbose=0
+        )
+    assert "length is unknown" in tuner.report.decision["reason"]
