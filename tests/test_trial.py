@@ -16,6 +16,20 @@ B = Candidate(True, "float32")
 C = Candidate(True, "mixed_bfloat16")
 
 
+@pytest.fixture
+def recommend(monkeypatch):
+    """`recommend(policy)`: the hardware recommendation the trial sees."""
+
+    def set_policy(policy):
+        monkeypatch.setattr(
+            trial_lib.precision_lib,
+            "recommend_policy",
+            lambda *args: (policy, "test"),
+        )
+
+    return set_policy
+
+
 def record(seconds, compiled=False, trace=0.0, steps=1):
     r = StepRecord("train", 0, seconds, fallback_steps=steps)
     if compiled:
@@ -113,12 +127,8 @@ def test_budget_and_window_size():
             trial_lib.validate_budget(bad)
 
 
-def test_candidates_follow_what_configure_jit_allowed(monkeypatch):
-    monkeypatch.setattr(
-        trial_lib.precision_lib,
-        "recommend_policy",
-        lambda *args: ("mixed_bfloat16", "test"),
-    )
+def test_candidates_follow_what_configure_jit_allowed(recommend):
+    recommend("mixed_bfloat16")
     model = conv_model(jit_compile=False)
     plan = trial_lib.plan_candidates
 
@@ -178,12 +188,8 @@ class Planted:
         ("bfloat16", "no_xla/float32"),
     ],
 )
-def test_trial_picks_the_planted_winner(monkeypatch, slow_dtype, winner):
-    monkeypatch.setattr(
-        trial_lib.precision_lib,
-        "recommend_policy",
-        lambda *args: ("mixed_bfloat16", "test"),
-    )
+def test_trial_picks_the_planted_winner(recommend, slow_dtype, winner):
+    recommend("mixed_bfloat16")
     from keras_xla import XLATuner
 
     model = Planted.build(slow_dtype)
@@ -318,16 +324,12 @@ def test_trial_drives_xlamodel(profiled):
     assert tuner.report.total_compilations == len(events) == 1
 
 
-def test_float16_candidate_gets_and_gives_back_loss_scaling(monkeypatch):
+def test_float16_candidate_gets_and_gives_back_loss_scaling(recommend):
     import keras
 
     from keras_xla import XLATuner
 
-    monkeypatch.setattr(
-        trial_lib.precision_lib,
-        "recommend_policy",
-        lambda *args: ("mixed_float16", "test"),
-    )
+    recommend("mixed_float16")
     model = conv_model(jit_compile=False)
     inner = model.optimizer
     x, y = regression_data(32 * 40)
