@@ -148,13 +148,13 @@ class Diagnostics:
     def _analyze(self, signature, stats: EpochStats) -> None:
         tuner = self.tuner
         model = tuner.model
-        step = getattr(model.train_step, "__wrapped__", model.train_step)
-        batch = batch_from_signature(signature)
         # Once per model and signature: a later fit reuses the result.
         cache = tuner._probes.hlo_results if tuner._probes else {}
         key = (signature.tensors, id(model.train_function))
         start = time.perf_counter()
         if key not in cache:
+            step = getattr(model.train_step, "__wrapped__", model.train_step)
+            batch = batch_from_signature(signature)
             cache[key] = hlo_lib.analyze_function(step, batch)
         result = cache[key]
         seconds = time.perf_counter() - start
