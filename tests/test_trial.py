@@ -30,6 +30,22 @@ def recommend(monkeypatch):
     return set_policy
 
 
+def fit_trial(model, x, y, batch_size=32, epochs=1, **tuner_args):
+    """Fits `model` with an XLATuner(verbose=0, **tuner_args); returns it."""
+    from keras_xla import XLATuner
+
+    tuner = XLATuner(verbose=0, **tuner_args)
+    model.fit(
+        x,
+        y,
+        batch_size=batch_size,
+        epochs=epochs,
+        callbacks=[tuner],
+        verbose=0,
+    )
+    return tuner
+
+
 def record(seconds, compiled=False, trace=0.0, steps=1):
     r = StepRecord("train", 0, seconds, fallback_steps=steps)
     if compiled:
@@ -190,14 +206,19 @@ class Planted:
 )
 def test_trial_picks_the_planted_winner(recommend, slow_dtype, winner):
     recommend("mixed_bfloat16")
-    from keras_xla import XLATuner
 
     model = Planted.build(slow_dtype)
     x, y = regression_data(16 * 80)
-    tuner = XLATuner(
-        jit_compile=False, mixed_precision="auto", trial_budget=0.5, verbose=0
+    tuner = fit_trial(
+        model,
+        x,
+        y,
+        16,
+        2,
+        jit_compile=False,
+        mixed_precision="auto",
+        trial_budget=0.5,
     )
-    model.fit(x, y, batch_size=16, epochs=2, callbacks=[tuner], verbose=0)
     decision = tuner.report.decision
     assert decision["status"] == "decided"
     assert decision["winner"] == winner
@@ -269,12 +290,10 @@ def test_live_trial_with_xla_is_consistent(profiled, tmp_path):
 
 
 def test_second_fit_reuses_the_decision():
-    from keras_xla import XLATuner
 
     model = conv_model(jit_compile=False)
     x, y = regression_data(32 * 40)
-    tuner = XLATuner(jit_compile="auto", trial_budget=24, verbose=0)
-    model.fit(x, y, batch_size=32, epochs=1, callbacks=[tuner], verbose=0)
+    tuner = fit_trial(model, x, y, jit_compile="auto", trial_budget=24)
     first = tuner.report.decision
     model.fit(x, y, batch_size=32, epochs=1, callbacks=[tuner], verbose=0)
     again = tuner.report.decision
@@ -327,16 +346,13 @@ def test_trial_drives_xlamodel(profiled):
 def test_float16_candidate_gets_and_gives_back_loss_scaling(recommend):
     import keras
 
-    from keras_xla import XLATuner
-
     recommend("mixed_float16")
     model = conv_model(jit_compile=False)
     inner = model.optimizer
     x, y = regression_data(32 * 40)
-    tuner = XLATuner(
-        jit_compile=False, mixed_precision="auto", trial_budget=24, verbose=0
+    tuner = fit_trial(
+        model, x, y, jit_compile=False, mixed_precision="auto", trial_budget=24
     )
-    model.fit(x, y, batch_size=32, epochs=1, callbacks=[tuner], verbose=0)
     decision = tuner.report.decision
     assert decision["status"] == "decided"
     names = [c["name"] for c in decision["candidates"]]
@@ -388,8 +404,7 @@ def test_trial_with_steps_per_execution_counts_steps_not_calls():
     model = conv_model(steps_per_execution=2, jit_compile=False)
     x, y = regression_data(32 * 60)
     # 36 steps = 18 calls of 2 steps: 3 rounds x 2 candidates x 3 calls.
-    tuner = XLATuner(jit_compile="auto", trial_budget=36, verbose=0)
-    model.fit(x, y, batch_size=32, epochs=1, callbacks=[tuner], verbose=0)
+    tuner = fit_trial(model, x, y, jit_compile="auto", trial_budget=36)
     decision = tuner.report.decision
     assert decision["status"] == "decided"
     assert decision["trial_steps"] == 36
