@@ -1,16 +1,25 @@
 """XLATuner's overhead on steady-state step time, side by side.
 
-Three identical models with `jit_compile=True`: one trained plainly, an
-identical copy of it (the control, which shows the noise floor), and one
-with `XLATuner`, after warm-up fits that compile them, timed in rounds of
-short `fit` calls (see `paired.py` for the method). The figure covers all
-the tuner's costs: the probe ops inside the step, its hooks, the ring
-buffer read per run, per-epoch statistics and summaries. Two parts are
+One model with `jit_compile=True`, trained in three configurations: plain
+(Keras's own train function), a second plain arm (the control, which shows
+the noise floor), and with `XLATuner` (its probed train function and its
+hooks), after warm-up fits that compile both functions, timed in rounds of
+short `fit` calls (see `paired.py` for the method). `--separate-models`
+gives each configuration its own identical copy of the model instead; on
+this kind of machine identical copies can differ by a few percent for a
+whole process, which the shared model rules out. The headline is the
+steady-state step time: the median interval between train batch begins,
+which holds the probe ops inside the step and the tuner's per-step hook.
+The whole-fit wall time adds what the tuner does once per fit (train
+begin and end, the ring buffer read, per-epoch statistics). Two parts are
 also measured on their own, where fit's noise cannot hide them: the time
 spent in the tuner's hooks, and the probed train function against
 Keras's own for the same model, called directly in alternating blocks.
 
-Run: python benchmarks/tuner_overhead.py [--rounds 40] [--steps 200]
+`--autotune` keeps tf.data autotuning on, to show its teardown stall
+(`paired.py`): it moves whole-fit wall times, not step times.
+
+Run: python benchmarks/tuner_overhead.py [--rounds 96] [--steps 200]
 """
 
 import argparse
@@ -40,43 +49,87 @@ def make_model(cls=keras.Model):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=96)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument(
+        "--separate-models",
+        action="store_true",
+        help="three identical models instead of one shared model",
+    )
+    parser.add_argument(
+        "--autotune",
+        action="store_true",
+        help="keep tf.data autotuning on (its teardown stalls some fits)",
+    )
     args = parser.parse_args()
 
-    ds = conv_dataset(args.batch_size)
-    plain, control, tuned = make_model(), make_model(), make_model()
+    ds = conv_dataset(args.batch_size, autotune=args.autotune)
     tuner = XLATuner(verbose=0)
-    hook_seconds = time_hooks(tuner)
+    hook_calls = time_hooks(tuner)
     common = dict(
         epochs=1, steps_per_epoch=args.steps, verbose=0, shuffle=False
     )
-    runs = {
-        "plain": lambda: plain.fit(ds, **common),
-        "control": lambda: control.fit(ds, **common),
-        "tuner": lambda: tuned.fit(ds, callbacks=[tuner], **common),
-    }
-    runs["tuner"]()  # compiles, and runs the one-off HLO analysis
-    hook_seconds[0] = 0.0
+    if args.separate_models:
+        plain, control, tuned = make_model(), make_model(), make_model()
+        runs = {
+            "plain": lambda cbs: plain.fit(ds, callbacks=cbs, **common),
+            "control": lambda cbs: control.fit(ds, callbacks=cbs, **common),
+            "tuner": lambda cbs: tuned.fit(
+                ds, callbacks=[tuner, *cbs], **common
+            ),
+        }
+        runs["tuner"]([])  # compiles, and runs the one-off HLO analysis
+    else:
+        runs = shared_model_runs(make_model(), ds, tuner, common)
+    for durations in hook_calls.values():
+        durations.clear()
     times = time_pairs(runs, args.rounds)
     print(
         f"steps per fit: {args.steps}, rounds: {args.rounds}, "
-        f"batch size: {args.batch_size}; tuner compilations in the last "
-        f"fit: {tuner.report.total_compilations}"
+        f"batch size: {args.batch_size}, tf.data autotune: "
+        f"{'on' if args.autotune else 'off'}; tuner compilations in the "
+        f"last fit: {tuner.report.total_compilations}"
     )
     report(times, args.steps, "plain", ["control", "tuner"])
-    fits = len(times["tuner"]) + 1  # and time_pairs' own warm-up fit
-    per_step = hook_seconds[0] / (fits * args.steps)
-    plain_step = min(times["plain"]) / args.steps
+    fits = len(times["tuner"]["wall"]) + 1  # and time_pairs' warm-up fit
+    plain_step = statistics.median(times["plain"]["step_ms"]) / 1e3
+    total = sum(sum(durations) for durations in hook_calls.values())
+    step_hook = statistics.median(hook_calls["on_train_batch_begin"])
+    per_fit = (total - sum(hook_calls["on_train_batch_begin"])) / fits
     print(
-        f"tuner's own callback time: {per_step * 1e6:.1f} us per step, "
-        f"{per_step / plain_step:.2%} of the fastest plain step"
+        f"tuner's own callback time: {total / (fits * args.steps) * 1e6:.1f}"
+        f" us per step, {total / (fits * args.steps) / plain_step:.2%} of "
+        f"the plain steady-state step; per-step hook median "
+        f"{step_hook * 1e6:.1f} us ({step_hook / plain_step:.2%}); per-fit "
+        f"hooks {per_fit * 1e3:.2f} ms per fit"
     )
     print(
         "probed train function / Keras's, called directly in alternating "
         f"blocks: median ratio {probe_cost(make_model(), ds):.4f}"
     )
+
+
+def shared_model_runs(model, ds, tuner, common):
+    """Runs that all train one model, so that its variables' placement in
+    memory, which can make identical copies differ by a few percent for a
+    whole process, is the same for every configuration. Plain fits run
+    Keras's own compiled train function, tuner fits the tuner's probed
+    one; each is put back before its fit, and neither is rebuilt."""
+    model.fit(ds, **common)
+    keras_fn = model.train_function
+    model.fit(ds, callbacks=[tuner], **common)  # compiles, one-off analysis
+    tuned_fn = model.train_function
+
+    def run(fn, callbacks):
+        model.train_function = fn
+        model.fit(ds, callbacks=callbacks, **common)
+
+    return {
+        "plain": lambda cbs: run(keras_fn, cbs),
+        "control": lambda cbs: run(keras_fn, cbs),
+        "tuner": lambda cbs: run(tuned_fn, [tuner, *cbs]),
+    }
 
 
 def probe_cost(model, ds, blocks=200, block=25):
@@ -110,8 +163,9 @@ def probe_cost(model, ds, blocks=200, block=25):
 
 
 def time_hooks(tuner):
-    """Wraps the tuner's hooks to add up the time spent in them."""
-    total = [0.0]
+    """Wraps the tuner's hooks to record the wall time of every call;
+    returns hook name -> list of seconds."""
+    calls = {}
     for name in (
         "on_train_begin",
         "on_epoch_begin",
@@ -120,16 +174,17 @@ def time_hooks(tuner):
         "on_train_end",
     ):
         hook = getattr(tuner, name)
+        durations = calls[name] = []
 
-        def timed(*args, _hook=hook, **kwargs):
+        def timed(*args, _hook=hook, _durations=durations, **kwargs):
             start = time.perf_counter()
             try:
                 return _hook(*args, **kwargs)
             finally:
-                total[0] += time.perf_counter() - start
+                _durations.append(time.perf_counter() - start)
 
         setattr(tuner, name, timed)
-    return total
+    return calls
 
 
 if __name__ == "__main__":

@@ -33,8 +33,8 @@ def main():
     )
     times = time_pairs(
         {
-            "keras.Model": lambda: plain.fit(ds, **common),
-            "XLAModel": lambda: xla.fit(ds, **common),
+            "keras.Model": lambda cbs: plain.fit(ds, callbacks=cbs, **common),
+            "XLAModel": lambda cbs: xla.fit(ds, callbacks=cbs, **common),
         },
         args.rounds,
     )
