@@ -15,15 +15,16 @@ per-fit work: building the iterator, train begin and end hooks, and the
 iterator's teardown.
 
 That teardown can stall. With tf.data autotuning on (the default),
-dropping the last reference to an iterator waits for the autotune
+dropping the last reference to an iterator can wait for the autotune
 thread's next wake-up; its period starts at 10 ms and doubles, so it
-wakes 10, 30, 70, 150, 310, 630 ms ... after the iterator started.
+wakes about 10, 30, 70, 150, 310, 630 ms ... after the iterator started.
 Keras drops its iterator when `fit` returns, so a fit of about 250 ms
-returns, at random, either at once or at about 310 ms; its steps are
-untouched. Whatever runs between the last step and the teardown (train
-end hooks) shifts the odds. The clock stamps the train end, so each fit's
-teardown time (train end to return) is measured, and `conv_dataset`
-turns autotuning off unless asked, which removes the stall.
+returns, at random, either at once or at about 300 ms; its steps are
+untouched. CPU work in callbacks at the end of training makes the stall
+more likely (`tfdata_teardown.py`). The clock stamps the train end, so
+each fit's teardown time (train end to return) is measured, and
+`conv_dataset` turns autotuning off unless asked, which removes the
+stall.
 """
 
 import itertools

@@ -16,8 +16,9 @@ also measured on their own, where fit's noise cannot hide them: the time
 spent in the tuner's hooks, and the probed train function against
 Keras's own for the same model, called directly in alternating blocks.
 
-`--autotune` keeps tf.data autotuning on, to show its teardown stall
-(`paired.py`): it moves whole-fit wall times, not step times.
+`--autotune` turns tf.data autotuning on (off by default), to show its
+teardown stall (`paired.py`): it moves whole-fit wall times, not step
+times.
 
 Run: python benchmarks/tuner_overhead.py [--rounds 96] [--steps 200]
 """
