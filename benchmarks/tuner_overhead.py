@@ -61,7 +61,7 @@ def main():
     parser.add_argument(
         "--autotune",
         action="store_true",
-        help="keep tf.data autotuning on (its teardown stalls some fits)",
+        help="turn tf.data autotuning on (its teardown stalls some fits)",
     )
     args = parser.parse_args()
 
