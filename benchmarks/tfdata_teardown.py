@@ -37,7 +37,7 @@ from paired import (  # noqa: E402
     fisher_exact,
     time_pairs,
 )
-from tuner_overhead import make_model  # noqa: E402
+from tuner_overhead import make_model, shared_model_runs  # noqa: E402
 
 from keras_xla import XLATuner  # noqa: E402
 
@@ -109,29 +109,17 @@ def main():
 
 def callback_stalls(model, ds, rounds, steps=200):
     """Stall counts of `steps`-step fits with autotuning on, per callback
-    setup; the model's own train function for all but the tuner."""
+    setup, all on one model (`shared_model_runs`)."""
     common = dict(epochs=1, steps_per_epoch=steps, verbose=0)
-    model.fit(ds, **common)
-    keras_fn = model.train_function
-    tuner = XLATuner(verbose=0)
-    model.fit(ds, callbacks=[tuner], **common)  # compiles its function
-    tuned_fn = model.train_function
     setups = {
-        "none": (keras_fn, []),
-        "busy 1.5 ms": (keras_fn, [EpochEndWork(1.5e-3, busy=True)]),
-        "sleep 1.5 ms": (keras_fn, [EpochEndWork(1.5e-3, busy=False)]),
-        "XLATuner": (tuned_fn, [tuner]),
+        "none": (False, []),
+        "busy 1.5 ms": (False, [EpochEndWork(1.5e-3, busy=True)]),
+        "sleep 1.5 ms": (False, [EpochEndWork(1.5e-3, busy=False)]),
+        "XLATuner": (True, []),
     }
-
-    def run(name, clock):
-        fn, callbacks = setups[name]
-        model.train_function = fn
-        model.fit(ds, callbacks=[*callbacks, *clock], **common)
-
-    times = time_pairs(
-        {name: lambda clock, name=name: run(name, clock) for name in setups},
-        rounds,
-    )
+    tuner = XLATuner(verbose=0)
+    runs = shared_model_runs(model, ds, tuner, common, setups)
+    times = time_pairs(runs, rounds)
     stalls = {
         name: sum(t > STALL_MS for t in record["teardown_ms"])
         for name, record in times.items()

@@ -82,7 +82,12 @@ def main():
         }
         runs["tuner"]([])  # compiles, and runs the one-off HLO analysis
     else:
-        runs = shared_model_runs(make_model(), ds, tuner, common)
+        setups = {
+            "plain": (False, []),
+            "control": (False, []),
+            "tuner": (True, []),
+        }
+        runs = shared_model_runs(make_model(), ds, tuner, common, setups)
     for durations in hook_calls.values():
         durations.clear()
     times = time_pairs(runs, args.rounds)
@@ -111,25 +116,26 @@ def main():
     )
 
 
-def shared_model_runs(model, ds, tuner, common):
+def shared_model_runs(model, ds, tuner, common, setups):
     """Runs that all train one model, so that its variables' placement in
     memory, which can make identical copies differ by a few percent for a
-    whole process, is the same for every configuration. Plain fits run
-    Keras's own compiled train function, tuner fits the tuner's probed
+    whole process, is the same for every configuration. `setups` maps a
+    name to (with the tuner?, extra callbacks). Fits without the tuner run
+    Keras's own compiled train function, fits with it the tuner's probed
     one; each is put back before its fit, and neither is rebuilt."""
     model.fit(ds, **common)
     keras_fn = model.train_function
     model.fit(ds, callbacks=[tuner], **common)  # compiles, one-off analysis
     tuned_fn = model.train_function
 
-    def run(fn, callbacks):
-        model.train_function = fn
-        model.fit(ds, callbacks=callbacks, **common)
+    def run(with_tuner, extra, clock):
+        model.train_function = tuned_fn if with_tuner else keras_fn
+        own = [tuner] if with_tuner else []
+        model.fit(ds, callbacks=[*own, *extra, *clock], **common)
 
     return {
-        "plain": lambda cbs: run(keras_fn, cbs),
-        "control": lambda cbs: run(keras_fn, cbs),
-        "tuner": lambda cbs: run(tuned_fn, [tuner, *cbs]),
+        name: lambda clock, setup=setup: run(*setup, clock)
+        for name, setup in setups.items()
     }
 
 
