@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_xla import XLATuner  # noqa: E402
-from keras_xla.profiler import read_compile_events  # noqa: E402
+from keras_xla.tf_backend.profiler import read_compile_events  # noqa: E402
 
 
 def make_model(steps_per_execution):

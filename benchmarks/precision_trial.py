@@ -31,7 +31,7 @@ import keras  # noqa: E402
 import train  # noqa: E402
 
 import keras_xla  # noqa: E402
-from keras_xla.report import decision_markdown, format_table  # noqa: E402
+from keras_xla.core.render import decision_markdown, format_table  # noqa: E402
 
 FIXED = (
     ("keras default", None, None),  # XLA "auto" (off on CPU), float32

@@ -9,12 +9,12 @@ import importlib
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "XLAModel": "keras_xla.train_step",
-    "XLARecompilationWarning": "keras_xla.accounting",
-    "XLAReport": "keras_xla.report",
+    "XLAModel": "keras_xla.model",
+    "XLARecompilationWarning": "keras_xla.core.findings",
+    "XLAReport": "keras_xla.core.report",
     "XLATuner": "keras_xla.tuner",
-    "clear_compile_cache": "keras_xla.compile_cache",
-    "enable_compile_cache": "keras_xla.compile_cache",
+    "clear_compile_cache": "keras_xla.tf_backend.compile_cache",
+    "enable_compile_cache": "keras_xla.tf_backend.compile_cache",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

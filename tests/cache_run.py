@@ -49,7 +49,7 @@ def main():
     print(
         json.dumps(
             {
-                "compile_cache": report.compile_cache,
+                "compile_cache": report.compile_cache.to_dict(),
                 "compilations": report.total_compilations,
                 "compile_seconds": report.total_compile_seconds,
                 "cache": [c.cache for c in report.compile_log],

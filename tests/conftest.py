@@ -17,7 +17,7 @@ def profiled(tmp_path):
     XLA compile events the TF profiler saw in it."""
     import tensorflow as tf
 
-    from keras_xla.profiler import read_compile_events
+    from keras_xla.tf_backend.profiler import read_compile_events
 
     counter = {"n": 0}
 

@@ -31,7 +31,7 @@ if MODE == "mirrored":
 import keras  # noqa: E402
 
 import keras_xla  # noqa: E402
-from keras_xla.profiler import read_compile_events  # noqa: E402
+from keras_xla.tf_backend.profiler import read_compile_events  # noqa: E402
 
 
 def data():

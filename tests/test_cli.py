@@ -19,13 +19,16 @@ import tensorflow as tf
 from conftest import conv_model, regression_data
 
 from keras_xla import XLATuner, cli
-from keras_xla.report import (
+from keras_xla.core import render
+from keras_xla.core.report import (
+    Decision,
     EpochStats,
     Finding,
     JitInfo,
     Recompilation,
     XLAReport,
 )
+from keras_xla.tf_backend import doctor
 
 EXPECTED = "expected a log dir holding xla_report.json"
 BAD_FLAG = "--tf_xla_dump_to=/tmp/x"
@@ -162,7 +165,7 @@ def fit_with_tuner(log_dir: str) -> XLATuner:
 def doctor_rows(stdout: str) -> dict[str, str]:
     """The doctor's `  Label   value` lines as a dict."""
     rows = {}
-    for label in cli.DOCTOR_LABELS.values():
+    for label in doctor.DOCTOR_LABELS.values():
         match = re.search(rf"^  {re.escape(label)} +(.*)$", stdout, re.M)
         if match:
             rows[label] = match[1]
@@ -221,7 +224,7 @@ def test_doctor_json_has_the_same_values(runs):
     result = runs["doctor_json"]
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    assert set(cli.DOCTOR_LABELS) <= set(data)
+    assert set(doctor.DOCTOR_LABELS) <= set(data)
     assert (data["tensorflow"], data["keras"]) == (
         tf.__version__,
         keras.__version__,
@@ -231,7 +234,7 @@ def test_doctor_json_has_the_same_values(runs):
         d.name for d in tf.config.list_physical_devices()
     ]
     arm = platform.machine().lower() in ("aarch64", "arm64")
-    relevant = cli.ARM_FEATURES if arm else cli.X86_FEATURES
+    relevant = doctor.ARM_FEATURES if arm else doctor.X86_FEATURES
     assert data["cpu_features"] == [f for f in relevant if f in cpu_flags()]
     all_features = data["cpu_features"] + data["cpu_features_absent"]
     assert sorted(all_features) == sorted(relevant)
@@ -269,10 +272,10 @@ def test_cpu_features_from_a_cpuinfo_file(tmp_path, monkeypatch):
     monkeypatch.setattr(platform, "machine", lambda: "x86_64")
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor : 0\nflags : fpu avx2 fma amx_bf16\n")
-    features = cli.cpu_features(str(cpuinfo))
+    features = doctor.cpu_features(str(cpuinfo))
     assert features["present"] == ["avx2", "fma", "amx_bf16"]
     assert "avx512f" in features["absent"]
-    missing = cli.cpu_features(str(tmp_path / "none"))
+    missing = doctor.cpu_features(str(tmp_path / "none"))
     assert missing == {"present": "unknown", "absent": "unknown"}
 
 
@@ -371,35 +374,37 @@ def test_report_of_an_invalid_file_exits_2(tmp_path, capsys, text, problem):
 def test_report_renders_the_trial_decision(tmp_path):
     report = hand_built_report([1, 0, 0], [1.0, 1.0, 1.0], [0.5, 0, 0])
     row = dict(jit_compile=False, policy="float32", compile_seconds=0.4)
-    report.decision = {
-        "status": "decided",
-        "winner": "no_xla/mixed_bfloat16",
-        "default": "no_xla/float32",
-        "reason": "no_xla/mixed_bfloat16 4.00 ms, no_xla/float32 6.00 ms",
-        "speedup_vs_default": 1.5,
-        "break_even_steps": 0,
-        "trial_steps": 36,
-        "trial_seconds": 0.2,
-        "candidates": [
-            {
-                **row,
-                "name": "no_xla/float32",
-                "measured_steps": 12,
-                "median_step_ms": 6.0,
-            },
-            {
-                **row,
-                "name": "no_xla/mixed_bfloat16",
-                "measured_steps": 12,
-                "median_step_ms": 4.0,
-                "policy": "mixed_bfloat16",
-            },
-        ],
-    }
+    report.decision = Decision.from_dict(
+        {
+            "status": "decided",
+            "winner": "no_xla/mixed_bfloat16",
+            "default": "no_xla/float32",
+            "reason": "no_xla/mixed_bfloat16 4.00 ms, no_xla/float32 6.00 ms",
+            "speedup_vs_default": 1.5,
+            "break_even_steps": 0,
+            "trial_steps": 36,
+            "trial_seconds": 0.2,
+            "candidates": [
+                {
+                    **row,
+                    "name": "no_xla/float32",
+                    "measured_steps": 12,
+                    "median_step_ms": 6.0,
+                },
+                {
+                    **row,
+                    "name": "no_xla/mixed_bfloat16",
+                    "measured_steps": 12,
+                    "median_step_ms": 4.0,
+                    "policy": "mixed_bfloat16",
+                },
+            ],
+        }
+    )
     # The decision survives the JSON round trip.
     loaded = XLAReport.load(report.write(str(tmp_path)))
     assert loaded.decision == report.decision
-    out = cli.render_report(loaded, "r")
+    out = render.full_report(loaded, "r")
     part = out[out.index("Trial decision") :].splitlines()
     assert part[1] == (
         "**decided**: winner `no_xla/mixed_bfloat16`. "

@@ -8,7 +8,7 @@ import sys
 import pytest
 import tensorflow as tf
 
-from keras_xla import compile_cache as cache_lib
+from keras_xla.tf_backend import compile_cache as cache_lib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -69,7 +69,7 @@ def test_late_enable_is_a_finding_not_a_silent_no_op(tmp_path):
 
 
 def test_label_cache_use_matches_entries_to_steps(tmp_path):
-    from keras_xla.report import Compilation
+    from keras_xla.core.report import Compilation
 
     entry = tmp_path / "xla_compile_cache__1__2__XLA_CPU_JIT.pb"
     entry.write_bytes(b"x")

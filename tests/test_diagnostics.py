@@ -10,9 +10,12 @@ import tensorflow as tf
 from conftest import regression_data
 
 from keras_xla import XLATuner
-from keras_xla.diagnostics import batch_from_signature
-from keras_xla.signatures import Signature, TensorSignature
-from keras_xla.unsupported import XLAUnsupportedOpError, parse_unsupported
+from keras_xla.core.signatures import Signature, TensorSignature
+from keras_xla.tf_backend.hlo_analysis import batch_from_signature
+from keras_xla.tf_backend.unsupported import (
+    XLAUnsupportedOpError,
+    parse_unsupported,
+)
 
 
 class PyDouble(keras.layers.Layer):
@@ -239,8 +242,8 @@ def test_batch_from_signature_rebuilds_structure():
 
 
 def test_tensor_core_alignment_on_gpu_only():
-    from keras_xla.diagnostics import tensor_core_misalignment
-    from keras_xla.hardware import DeviceInfo
+    from keras_xla.tf_backend.alignment import tensor_core_misalignment
+    from keras_xla.tf_backend.hardware import DeviceInfo
 
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     try:

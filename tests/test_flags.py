@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from keras_xla import flags as F
-from keras_xla.flags import Flag
+from keras_xla.tf_backend import flags as F
+from keras_xla.tf_backend.flags import Flag
 
 TINY_JIT_RUN = """
 import tensorflow as tf
@@ -15,7 +15,7 @@ print("RESULT", f(tf.constant([1.0, 2.0])).numpy().tolist())
 """
 CHECK_RUN = """
 import dataclasses, json
-from keras_xla import flags
+from keras_xla.tf_backend import flags
 print(json.dumps([dataclasses.asdict(p) for p in flags.check_flags()]))
 """
 

@@ -2,8 +2,12 @@ import math
 
 import pytest
 
-from keras_xla.flops import achieved_flops, measure_peak_flops, utilization
-from keras_xla.hlo import HloStats
+from keras_xla.tf_backend.flops import (
+    achieved_flops,
+    measure_peak_flops,
+    utilization,
+)
+from keras_xla.tf_backend.hlo import HloStats
 
 
 def test_achieved_flops_and_utilization():

@@ -1,4 +1,4 @@
-from keras_xla import hardware
+from keras_xla.tf_backend import hardware
 
 
 def test_cpu_flags_reads_proc_cpuinfo_format(tmp_path):

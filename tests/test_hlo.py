@@ -6,7 +6,7 @@ import tensorflow as tf
 from tensorflow.compiler.xla import xla_data_pb2
 from tensorflow.compiler.xla.service import hlo_pb2
 
-from keras_xla.hlo import (
+from keras_xla.tf_backend.hlo import (
     analyze,
     analyze_function,
     compiler_ir,

@@ -2,7 +2,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_xla import jit as jit_lib
+from keras_xla.tf_backend import jit as jit_lib
 
 
 def lookup_model():

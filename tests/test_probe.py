@@ -1,7 +1,7 @@
 import numpy as np
 import tensorflow as tf
 
-from keras_xla.probe import ShapeProbe, flatten_with_paths
+from keras_xla.tf_backend.probe import ShapeProbe, flatten_with_paths
 
 
 def test_paths_follow_keras_batch_structure():

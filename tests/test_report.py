@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from keras_xla.report import (
+from keras_xla.core.render import format_table
+from keras_xla.core.report import (
     SCHEMA,
     Compilation,
     EpochStats,
@@ -10,7 +11,6 @@ from keras_xla.report import (
     JitInfo,
     Recompilation,
     XLAReport,
-    format_table,
 )
 
 

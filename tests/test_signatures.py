@@ -1,7 +1,11 @@
 import pytest
 
-from keras_xla import signatures as S
-from keras_xla.signatures import Signature, SignatureTracker, TensorSignature
+from keras_xla.core import signatures as S
+from keras_xla.core.signatures import (
+    Signature,
+    SignatureTracker,
+    TensorSignature,
+)
 
 
 def sig(trace=0, **shapes):

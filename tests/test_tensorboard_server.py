@@ -29,7 +29,7 @@ import pytest
 from conftest import conv_model, regression_data
 
 from keras_xla import XLATuner
-from keras_xla.summaries import FINDINGS_TAG, SCALAR_TAGS
+from keras_xla.tf_backend.summaries import FINDINGS_TAG, SCALAR_TAGS
 
 HOST = "127.0.0.1"
 TOTAL_TIMEOUT_SECONDS = 60

@@ -1,7 +1,7 @@
 import pytest
 
-from keras_xla.signatures import Signature, TensorSignature
-from keras_xla.timing import (
+from keras_xla.core.signatures import Signature, TensorSignature
+from keras_xla.core.timing import (
     StepRecord,
     estimate_compile_seconds,
     percentile,

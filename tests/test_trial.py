@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 from conftest import conv_model, regression_data
 
-from keras_xla import trial as trial_lib
-from keras_xla.timing import StepRecord
-from keras_xla.trial import Candidate, Trial
+from keras_xla import trial_runner
+from keras_xla.core import trial as trial_lib
+from keras_xla.core.timing import StepRecord
+from keras_xla.core.trial import Candidate, Trial
 
 A = Candidate(False, "float32")
 B = Candidate(True, "float32")
@@ -22,7 +23,7 @@ def recommend(monkeypatch):
 
     def set_policy(policy):
         monkeypatch.setattr(
-            trial_lib.precision_lib,
+            trial_runner.precision_lib,
             "recommend_policy",
             lambda *args: (policy, "test"),
         )
@@ -146,7 +147,7 @@ def test_budget_and_window_size():
 def test_candidates_follow_what_configure_jit_allowed(recommend):
     recommend("mixed_bfloat16")
     model = conv_model(jit_compile=False)
-    plan = trial_lib.plan_candidates
+    plan = trial_runner.plan_candidates
 
     def names(*args):
         return [c.name for c in plan(*args, model)[0]]
@@ -369,7 +370,8 @@ def test_float16_candidate_gets_and_gives_back_loss_scaling(recommend):
 def test_trial_silences_tensorflows_retracing_warning_only_while_it_runs():
     import logging
 
-    from keras_xla import XLATuner, autotune
+    from keras_xla import XLATuner
+    from keras_xla import trial_runner as autotune
 
     records = []
 

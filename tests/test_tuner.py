@@ -11,7 +11,7 @@ import tensorflow as tf
 from conftest import conv_model, regression_data
 
 from keras_xla import XLARecompilationWarning, XLATuner
-from keras_xla.summaries import FINDINGS_TAG, HLO_TAGS, SCALAR_TAGS
+from keras_xla.tf_backend.summaries import FINDINGS_TAG, HLO_TAGS, SCALAR_TAGS
 
 
 def fit(model, *args, tuner, **kwargs):
@@ -265,7 +265,7 @@ def test_reuse_in_memory_and_jit_off():
 
 
 def test_tuner_failure_never_stops_training(monkeypatch):
-    from keras_xla import probe as probe_lib
+    from keras_xla.tf_backend import probe as probe_lib
 
     def broken(self):
         raise RuntimeError("boom")

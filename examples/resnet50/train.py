@@ -31,8 +31,8 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import keras_xla  # noqa: E402
+from keras_xla.core.render import format_table  # noqa: E402
 from keras_xla.data import fixed_slice  # noqa: E402
-from keras_xla.report import format_table  # noqa: E402
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+from keras_xla.core import render
+
 # Scalar tags, one point per epoch.
 SCALAR_TAGS = (
     "xla/compilations",
@@ -101,3 +103,15 @@ class SummaryWriter:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+def write_epoch(writer: SummaryWriter, stats, report, decided: bool) -> None:
+    """One epoch's scalars, the findings table and, when the trial just
+    `decided`, its decision; then flushes."""
+    writer.write_scalars(stats.epoch, epoch_scalars(stats, report.hlo))
+    text = render.findings_markdown(report.findings)
+    writer.write_text(stats.epoch, FINDINGS_TAG, text)
+    if decided:
+        text = render.decision_markdown(report.decision)
+        writer.write_text(stats.epoch, DECISION_TAG, text)
+    writer.flush()

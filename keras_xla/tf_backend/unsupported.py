@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from typing import Any
 
-UNSUPPORTED_CODE = "unsupported-op"
 MARKER = "Detected unsupported operations when trying to compile"
 CHOICES = ("fallback", "raise")
 
@@ -152,3 +152,30 @@ def _user_source(text: str) -> str | None:
         if not any(p in f"/{path}" for p in _LIBRARY_PARTS):
             user = f"{path}:{line} in {fn}"
     return user
+
+
+def guard(
+    fn: Any,
+    model: Any,
+    fall_back: Callable[[list[UnsupportedOp]], Any],
+) -> Callable[[Any], Any]:
+    """Wraps a train/test function so that an XLA unsupported-op error
+    at run time calls `fall_back(ops)` instead of ending `fit` with a raw
+    error; `fall_back` returns the function to run the step with instead
+    (built without XLA), or raises.
+
+    The batch of the failing step is consumed by TensorFlow before the
+    compile fails; the step after it trains without XLA.
+    """
+    import tensorflow as tf
+
+    def guarded(iterator):
+        try:
+            return fn(iterator)
+        except tf.errors.InvalidArgumentError as error:
+            ops = parse_unsupported(str(error), layer_names(model))
+            if not ops:
+                raise
+            return fall_back(ops)(iterator)
+
+    return guarded

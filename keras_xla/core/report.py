@@ -107,6 +107,128 @@ class EpochStats:
     jit_compile: bool | None = None
 
 
+class Section:
+    """A typed report section that still reads like the dict it was in
+    the first version (`report.hlo["fusion_ratio"]`, `.get(key)`)."""
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in _field_names(type(self)):
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return (
+            getattr(self, key) if key in _field_names(type(self)) else (default)
+        )
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict | None):
+        """The section from its JSON; keys this version does not know
+        are skipped (a newer writer may add some)."""
+        if data is None:
+            return None
+        names = _field_names(cls)
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+@dataclasses.dataclass
+class CompileCacheSection(Section):
+    """The persistent compile cache in this fit: where, whether it was in
+    force, and what its hits saved."""
+
+    directory: str
+    active: bool
+    entries_at_start: int
+    hits: int = 0
+    misses: int = 0
+    seconds_saved: float | None = None
+    miss_median_seconds: float | None = None
+    hit_median_seconds: float | None = None
+
+
+@dataclasses.dataclass
+class HloSection(Section):
+    """The optimized HLO of the train step for one steady signature."""
+
+    epoch: int
+    shapes: dict
+    analysis_seconds: float
+    kernels_per_step: int
+    fusions: int
+    fusion_ratio: float
+    converts: int
+    unfused_converts: int
+    flops_per_step: int
+    largest_unfused: list
+    achieved_tflops: float | None
+    peak_tflops: float | None
+    utilization: float | None
+    text: str | None = None
+
+
+@dataclasses.dataclass
+class ProfileSection(Section):
+    """A profiler window: its steps, its trace files, and the compilations
+    the profiler and the tuner each saw in it."""
+
+    steps: list
+    directory: str
+    files: list
+    profiler_compilations: int
+    profiler_compile_seconds: list
+    tuner_compilations: int | None = None
+
+
+@dataclasses.dataclass
+class CandidateResult(Section):
+    """One candidate of the XLA/precision trial, as measured."""
+
+    name: str
+    jit_compile: bool
+    policy: str
+    measured_steps: int = 0
+    median_step_ms: float | None = None
+    compile_seconds: float | None = None
+
+
+@dataclasses.dataclass
+class Decision(Section):
+    """What the XLA/precision trial decided, and on what measurements.
+
+    `status` is `decided`, `reused` (a second fit kept the first fit's
+    winner), `single-candidate` or `skipped` (`winner` is then None).
+    """
+
+    status: str
+    winner: str | None
+    reason: str
+    candidates: list = dataclasses.field(default_factory=list)
+    default: str | None = None
+    trial_steps: int | None = None
+    trial_seconds: float | None = None
+    speedup_vs_default: float | None = None
+    break_even_steps: int | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict | None):
+        decision = super().from_dict(data)
+        if decision is not None:
+            decision.candidates = [
+                c
+                if isinstance(c, CandidateResult)
+                else (CandidateResult.from_dict(c))
+                for c in decision.candidates
+            ]
+        return decision
+
+
 @dataclasses.dataclass
 class XLAReport:
     """Everything the tuner measured in one `fit`."""
@@ -117,10 +239,10 @@ class XLAReport:
     recompilations: list = dataclasses.field(default_factory=list)
     findings: list = dataclasses.field(default_factory=list)
     compile_log: list = dataclasses.field(default_factory=list)
-    compile_cache: dict | None = None
-    hlo: dict | None = None
-    profile: dict | None = None
-    decision: dict | None = None
+    compile_cache: CompileCacheSection | None = None
+    hlo: HloSection | None = None
+    profile: ProfileSection | None = None
+    decision: Decision | None = None
 
     @property
     def total_compilations(self) -> int:
@@ -144,6 +266,15 @@ class XLAReport:
             ],
             "findings": [dataclasses.asdict(f) for f in self.findings],
             "compile_log": [dataclasses.asdict(c) for c in self.compile_log],
+            **{
+                name: section.to_dict() if section is not None else None
+                for name, section in self.sections().items()
+            },
+        }
+
+    def sections(self) -> dict[str, Section | None]:
+        """The optional sections, by their JSON key."""
+        return {
             "compile_cache": self.compile_cache,
             "hlo": self.hlo,
             "profile": self.profile,
@@ -180,10 +311,12 @@ class XLAReport:
             ],
             findings=[Finding(**f) for f in data.get("findings", [])],
             compile_log=[Compilation(**c) for c in data.get("compile_log", [])],
-            compile_cache=data.get("compile_cache"),
-            hlo=data.get("hlo"),
-            profile=data.get("profile"),
-            decision=data.get("decision"),
+            compile_cache=CompileCacheSection.from_dict(
+                data.get("compile_cache")
+            ),
+            hlo=HloSection.from_dict(data.get("hlo")),
+            profile=ProfileSection.from_dict(data.get("profile")),
+            decision=Decision.from_dict(data.get("decision")),
         )
 
     @classmethod
@@ -195,120 +328,21 @@ class XLAReport:
             return cls.from_dict(json.load(f))
 
     def summary(self, max_findings: int = 3) -> str:
-        """A short plain-text table: one row per epoch, then top findings."""
-        lines = []
-        if self.jit is not None:
-            state = "on" if self.jit.enabled else "off"
-            lines.append(f"XLA {state}: {self.jit.reason}")
-        header = (
-            "epoch",
-            "steps",
-            "compiles",
-            "recompiles",
-            "compile s",
-            "median ms",
-            "p90 ms",
-            "ex/s",
-        )
-        rows = [header]
-        for e in self.epochs:
-            rows.append(
-                (
-                    str(e.epoch),
-                    str(e.steps),
-                    str(e.compilations),
-                    str(e.recompilations),
-                    f"{e.compile_seconds:.2f}",
-                    _fmt(e.step_time_ms.get("median")),
-                    _fmt(e.step_time_ms.get("p90")),
-                    _fmt(e.examples_per_second, 1),
-                )
-            )
-        lines.extend(format_table(rows))
-        if self.decision and self.decision.get("status") == "decided":
-            d = self.decision
-            speedup = d.get("speedup_vs_default")
-            lines.append(
-                f"Trial: {d['winner']} won ({d['reason']}); "
-                + (
-                    f"{speedup:.2f}x Keras's default {d['default']}, paying "
-                    f"back its compile in {d['break_even_steps']} steps."
-                    if speedup
-                    else "Keras's default was not a candidate."
-                )
-            )
-        top = sorted(
-            self.findings,
-            key=lambda f: (f.severity != "warning", -f.compile_seconds),
-        )[:max_findings]
-        for f in top:
-            lines.append(f"[{f.code}] {f.message} Fix: {f.fix}")
-        return "\n".join(lines)
+        """A short plain-text table: one row per epoch, then top findings
+        (`keras_xla.core.render.summary`)."""
+        from keras_xla.core import render
 
-    def decision_markdown(self) -> str:
-        return decision_markdown(self.decision)
+        return render.summary(self, max_findings)
 
     def findings_markdown(self) -> str:
-        """Findings as a Markdown table (TensorBoard's text plugin renders
-        Markdown)."""
-        if not self.findings:
-            return "No findings."
-        out = ["| code | severity | count | compile s | message | fix |"]
-        out.append("| --- | --- | --- | --- | --- | --- |")
-        for f in self.findings:
-            out.append(
-                f"| `{f.code}` | {f.severity} | {f.count} | "
-                f"{f.compile_seconds:.2f} | {_md(f.message)} | {_md(f.fix)} |"
-            )
-        return "\n".join(out)
+        from keras_xla.core import render
 
+        return render.findings_markdown(self.findings)
 
-def decision_markdown(decision: dict | None) -> str:
-    """The trial's decision as Markdown: a sentence and a table of the
-    candidates."""
-    if not decision:
-        return "No trial."
-    d = decision
-    lines = [
-        f"**{d['status']}**: winner `{d.get('winner')}`. {_md(d['reason'])}"
-    ]
-    if d.get("speedup_vs_default") is not None:
-        lines.append(
-            f"Speedup over Keras's default (`{d['default']}`): "
-            f"{d['speedup_vs_default']:.2f}x; the winner's compile pays "
-            f"back in {d['break_even_steps']} steps. Trial: "
-            f"{d['trial_steps']} steps, {d['trial_seconds']:.1f} s."
-        )
-    lines += [
-        "",
-        "| candidate | timed steps | median step ms | compile s |",
-        "| --- | --- | --- | --- |",
-    ]
-    for c in d.get("candidates", []):
-        lines.append(
-            f"| `{c['name']}` | {c['measured_steps']} | "
-            f"{_fmt(c['median_step_ms'])} | {_fmt(c['compile_seconds'])} |"
-        )
-    return "\n".join(lines)
+    def decision_markdown(self) -> str:
+        from keras_xla.core import render
 
-
-def format_table(rows: list[tuple[str, ...]]) -> list[str]:
-    """Left-aligns the first column and right-aligns the others."""
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = []
-    for r in rows:
-        cells = [r[0].ljust(widths[0])]
-        cells += [c.rjust(w) for c, w in zip(r[1:], widths[1:])]
-        lines.append("  ".join(cells).rstrip())
-    return lines
-
-
-def _fmt(value: float | None, digits: int = 2) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+        return render.decision_markdown(self.decision)
 
 
 def _json_default(obj: Any) -> Any:

@@ -20,22 +20,23 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from keras_xla.hardware import (
+from keras_xla.core import findings as codes
+from keras_xla.core.report import Finding
+from keras_xla.tf_backend.hardware import (
     BF16_CPU_FLAGS,
     DeviceInfo,
     describe_devices,
     resolve_cpu_flags,
 )
-from keras_xla.report import Finding
 
 logger = logging.getLogger(__name__)
 
 # Finding codes.
-POLICY_SET_AFTER_BUILD = "policy-set-after-build"
-LOW_PRECISION_OUTPUT = "low-precision-output"
-MISSING_LOSS_SCALE = "missing-loss-scale"
-FLOAT16_ON_CPU = "float16-on-cpu"
-BF16_WITHOUT_HARDWARE_SUPPORT = "bf16-without-hardware-support"
+POLICY_SET_AFTER_BUILD = codes.POLICY_SET_AFTER_BUILD
+LOW_PRECISION_OUTPUT = codes.LOW_PRECISION_OUTPUT
+MISSING_LOSS_SCALE = codes.MISSING_LOSS_SCALE
+FLOAT16_ON_CPU = codes.FLOAT16_ON_CPU
+BF16_WITHOUT_HARDWARE_SUPPORT = codes.BF16_WITHOUT_HARDWARE_SUPPORT
 
 LOW_PRECISION_DTYPES = ("float16", "bfloat16")
 APPLY_CALL = (

@@ -30,9 +30,10 @@ import json
 import os
 import statistics
 
+from keras_xla.core.report import CompileCacheSection
+
 CACHE_FLAG = "tf_xla_persistent_cache_directory"
 ENTRY_PATTERN = "xla_compile_cache__*.pb"
-INACTIVE_CODE = "compile-cache-inactive"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +98,7 @@ def enable_compile_cache(directory: str, verify: bool = True) -> CacheStatus:
             f"Unsupported value `compile_cache={directory!r}`: pass a "
             "directory path."
         )
-    from keras_xla.flags import with_flag
+    from keras_xla.tf_backend.flags import with_flag
 
     directory = os.path.abspath(os.fspath(directory))
     os.makedirs(directory, exist_ok=True)
@@ -234,34 +235,37 @@ def _median(values) -> float | None:
     return round(statistics.median(values), 4) if values else None
 
 
-def start_report(status: CacheStatus, report, accountant) -> None:
-    """Opens the report's `compile_cache` section; a flag that came too
-    late becomes a finding."""
-    report.compile_cache = {
-        "directory": status.directory,
-        "active": status.active,
-        "entries_at_start": status.entries,
-        "hits": 0,
-        "misses": 0,
-    }
-    if not status.active:
-        accountant.add_finding(
-            INACTIVE_CODE,
-            "warning",
-            status.message,
-            "Create the XLATuner (or call keras_xla.enable_compile_cache) "
-            "before the first fit.",
-        )
+def start_section(status: CacheStatus) -> CompileCacheSection:
+    """The report's `compile_cache` section at the start of a fit."""
+    return CompileCacheSection(
+        directory=status.directory,
+        active=status.active,
+        entries_at_start=status.entries,
+    )
 
 
-def label_epoch(report, stats, before: dict[str, float], directory: str):
-    """Labels the epoch's compilations hit or miss and updates the counts
-    in `stats` and the report's `compile_cache` section."""
-    compiled = [c for c in report.compile_log if c.epoch == stats.epoch]
+INACTIVE_FIX = (
+    "Create the XLATuner (or call keras_xla.enable_compile_cache) before "
+    "the first fit."
+)
+
+
+def label_epoch(
+    section: CompileCacheSection,
+    epoch: int,
+    compile_log: list,
+    before: dict[str, float],
+    directory: str,
+) -> tuple[int, int]:
+    """Labels the compilations of `epoch` in `compile_log` (the fit's)
+    hit or miss, adds them to `section` with what the hits saved; returns
+    the epoch's `(hits, misses)`."""
+    compiled = [c for c in compile_log if c.epoch == epoch]
     label_cache_use(compiled, before, directory)
-    stats.compile_cache_hits = sum(c.cache == "hit" for c in compiled)
-    stats.compile_cache_misses = sum(c.cache == "miss" for c in compiled)
-    summary = report.compile_cache
-    summary["hits"] += stats.compile_cache_hits
-    summary["misses"] += stats.compile_cache_misses
-    summary.update(record_compile_times(directory, report.compile_log))
+    hits = sum(c.cache == "hit" for c in compiled)
+    misses = sum(c.cache == "miss" for c in compiled)
+    section.hits += hits
+    section.misses += misses
+    for key, value in record_compile_times(directory, compile_log).items():
+        setattr(section, key, value)
+    return hits, misses

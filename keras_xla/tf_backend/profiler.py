@@ -15,6 +15,8 @@ import glob
 import os
 import time
 
+from keras_xla.core.report import ProfileSection
+
 BACKEND_SUFFIX = "Compiler::RunBackend"
 _EXECUTOR_EVENT = "ExecutorState::Process"
 
@@ -113,9 +115,6 @@ def count_compilations(log_dir: str) -> int:
     return len(read_compile_events(log_dir))
 
 
-PROFILER_BUSY = "profiler-busy"
-
-
 class ProfileWindow:
     """Captures a TF profiler trace over a range of train steps.
 
@@ -175,6 +174,35 @@ class ProfileWindow:
         except Exception as error:  # noqa: BLE001 - never stop training
             return f"{type(error).__name__}: {error}".strip()
         return None
+
+    def begin_at(self, index: int) -> str | None:
+        """Before train call `index` (counted over the whole fit): starts
+        the profiler if the window begins there; returns an error message
+        if it could not."""
+        if not self.done and not self.running and index == self.start:
+            return self.begin()
+        return None
+
+    def section(self, compile_log) -> ProfileSection:
+        """The report's `profile` section: the trace's files and compile
+        events, and how many of the tuner's compilations (report
+        `Compilation`s) started inside the window."""
+        events = self.compile_events()
+        return ProfileSection(
+            steps=[self.start, self.stop],
+            directory=os.path.join(self.log_dir, "plugins", "profile"),
+            files=self.new_files(),
+            profiler_compilations=len(events),
+            profiler_compile_seconds=[round(e.seconds, 4) for e in events],
+            tuner_compilations=self.count_inside(compile_log),
+        )
+
+    def count_inside(self, compile_log) -> int:
+        """The compilations whose calls started inside the window."""
+        return sum(
+            self.started_at <= c.started_at <= self.ended_at
+            for c in compile_log
+        )
 
     def new_files(self) -> list[str]:
         return [

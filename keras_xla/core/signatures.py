@@ -14,6 +14,9 @@ Pure logic: nothing here imports TensorFlow.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+
+from keras_xla.core import findings
 
 # Causes of a recompilation, as recorded in the report.
 PARTIAL_BATCH = "partial_batch"
@@ -24,18 +27,6 @@ RANK = "rank"
 NEW_INPUT = "new_input"
 REMOVED_INPUT = "removed_input"
 RETRACE = "retrace"
-
-# Stable finding code for each cause.
-FINDING_CODES = {
-    PARTIAL_BATCH: "partial-last-batch",
-    BATCH_SIZE: "batch-size-change",
-    DYNAMIC_DIM: "dynamic-dimension",
-    DTYPE: "dtype-change",
-    RANK: "rank-change",
-    NEW_INPUT: "new-input",
-    REMOVED_INPUT: "removed-input",
-    RETRACE: "retrace",
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,48 +168,104 @@ def explain(
     return changes[0], changes
 
 
-def fix_for(change: ShapeChange) -> str:
-    """The fix, in words, for one cause."""
-    where = f"`{change.input}`" if change.input else "the inputs"
-    if change.cause == PARTIAL_BATCH:
+def _where(change: ShapeChange) -> str:
+    return f"`{change.input}`" if change.input else "the inputs"
+
+
+def _fix_dynamic(change: ShapeChange) -> str:
+    if len(change.after) == 4:
         return (
-            "Batch with `drop_remainder=True` (tf.data "
-            "`dataset.batch(n, drop_remainder=True)`), or pad the last batch "
-            "to the full size with zero sample weights "
-            "(`keras_xla.data.pad_batches(dataset, batch_size)`)."
-        )
-    if change.cause == BATCH_SIZE:
-        return (
-            "Keep the batch size constant for the whole run; pad short "
-            "batches (`keras_xla.data.pad_batches`) instead of feeding them."
-        )
-    if change.cause == DYNAMIC_DIM and len(change.after) == 4:
-        return (
-            f"Give {where} a fixed height and width: crop a constant-size "
-            "window (`keras_xla.data.fixed_slice(image, size)`) or resize "
-            "to one size, instead of crops whose size varies."
-        )
-    if change.cause == DYNAMIC_DIM:
-        return (
-            f"Pad {where} dim {change.dim} to a fixed length "
-            "(`padded_batch(..., padded_shapes=...)` with constant sizes) or "
-            "bucket lengths into a few sizes "
-            "(`keras_xla.data.bucket_by_length`), so XLA compiles once per "
-            "bucket, not once per length."
-        )
-    if change.cause == DTYPE:
-        return f"Cast {where} to one dtype in the input pipeline."
-    if change.cause == RANK:
-        return f"Give {where} the same rank on every step."
-    if change.cause in (NEW_INPUT, REMOVED_INPUT):
-        return (
-            "Feed the same structure on every step (for example always "
-            "pass sample weights, or never)."
+            f"Give {_where(change)} a fixed height and width: crop a "
+            "constant-size window (`keras_xla.data.fixed_slice(image, "
+            "size)`) or resize to one size, instead of crops whose size "
+            "varies."
         )
     return (
-        "Avoid retracing the step: keep Python arguments and the input "
-        "structure constant, and do not rebuild the train function."
+        f"Pad {_where(change)} dim {change.dim} to a fixed length "
+        "(`padded_batch(..., padded_shapes=...)` with constant sizes) or "
+        "bucket lengths into a few sizes "
+        "(`keras_xla.data.bucket_by_length`), so XLA compiles once per "
+        "bucket, not once per length."
     )
+
+
+_same_structure = (
+    "Feed the same structure on every step (for example always pass "
+    "sample weights, or never)."
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cause:
+    """What one cause is called in a finding, in a sentence, and its fix.
+
+    Attributes:
+        code: The stable finding code (`keras_xla.core.findings`).
+        what: The phrase `describe()` puts in parentheses.
+        fix: The fix in words, for one change of this cause.
+    """
+
+    code: str
+    what: str
+    fix: Callable[[ShapeChange], str]
+
+
+CAUSES: dict[str, Cause] = {
+    PARTIAL_BATCH: Cause(
+        findings.PARTIAL_LAST_BATCH,
+        "a partial last batch",
+        lambda c: (
+            "Batch with `drop_remainder=True` (tf.data "
+            "`dataset.batch(n, drop_remainder=True)`), or pad the last "
+            "batch to the full size with zero sample weights "
+            "(`keras_xla.data.pad_batches(dataset, batch_size)`)."
+        ),
+    ),
+    BATCH_SIZE: Cause(
+        findings.BATCH_SIZE_CHANGE,
+        "the batch size changed",
+        lambda c: (
+            "Keep the batch size constant for the whole run; pad short "
+            "batches (`keras_xla.data.pad_batches`) instead of feeding them."
+        ),
+    ),
+    DYNAMIC_DIM: Cause(
+        findings.DYNAMIC_DIMENSION,
+        "a non-batch dimension changed",
+        _fix_dynamic,
+    ),
+    DTYPE: Cause(
+        findings.DTYPE_CHANGE,
+        "the dtype changed",
+        lambda c: f"Cast {_where(c)} to one dtype in the input pipeline.",
+    ),
+    RANK: Cause(
+        findings.RANK_CHANGE,
+        "the rank changed",
+        lambda c: f"Give {_where(c)} the same rank on every step.",
+    ),
+    NEW_INPUT: Cause(
+        findings.NEW_INPUT, "new input", lambda c: _same_structure
+    ),
+    REMOVED_INPUT: Cause(
+        findings.REMOVED_INPUT, "input removed", lambda c: _same_structure
+    ),
+    RETRACE: Cause(
+        findings.RETRACE,
+        "traced again",
+        lambda c: (
+            "Avoid retracing the step: keep Python arguments and the input "
+            "structure constant, and do not rebuild the train function."
+        ),
+    ),
+}
+# Stable finding code for each cause.
+FINDING_CODES = {name: cause.code for name, cause in CAUSES.items()}
+
+
+def fix_for(change: ShapeChange) -> str:
+    """The fix, in words, for one cause."""
+    return CAUSES[change.cause].fix(change)
 
 
 def describe(
@@ -240,13 +287,6 @@ def describe(
         return f"{function}: new input `{change.input}` {change.after}."
     if change.cause == REMOVED_INPUT:
         return f"{function}: input `{change.input}` disappeared."
-    what = {
-        PARTIAL_BATCH: "a partial last batch",
-        BATCH_SIZE: "the batch size changed",
-        DYNAMIC_DIM: "a non-batch dimension changed",
-        DTYPE: "the dtype changed",
-        RANK: "the rank changed",
-    }[change.cause]
     dims = [
         c.dim
         for c in (changes or [change])
@@ -260,7 +300,7 @@ def describe(
         dim = f" dim {change.dim}" if change.dim is not None else ""
     return (
         f"{function}: input `{change.input}`{dim} changed "
-        f"{change.before} -> {change.after} ({what})."
+        f"{change.before} -> {change.after} ({CAUSES[change.cause].what})."
     )
 
 

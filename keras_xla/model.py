@@ -26,12 +26,13 @@ from keras.src.models.functional import Functional
 from keras.src.models.model import Trainer, functional_init_arguments
 from keras.src.trainers.data_adapters import data_adapter_utils
 
-from keras_xla.accumulation import (
+from keras_xla.tf_backend.accumulation import (
     accumulate_gradients,
     check_divisible,
     map_present,
 )
-from keras_xla.probe import with_probe
+from keras_xla.tf_backend.probe import with_probe
+from keras_xla.tf_backend.step_functions import probe_of
 
 
 @keras.saving.register_keras_serializable(package="keras_xla")
@@ -68,7 +69,7 @@ class XLAModel(keras.Model):
     ```
     """
 
-    # Read by keras_xla.jit and keras_xla.probe.
+    # Read by keras_xla.tf_backend.jit and .step_functions.
     _keras_xla_per_replica = True
     _keras_xla_native_probe = True
 
@@ -265,8 +266,7 @@ class XLAModel(keras.Model):
         return fn
 
     def _probe(self, function: str):
-        probes = self.__dict__.get("_keras_xla_probes")
-        return probes.probe(function) if probes is not None else None
+        return probe_of(self, function)
 
     def _forward(self, data, training: bool = False):
         x, y, sample_weight = data_adapter_utils.unpack_x_y_sample_weight(data)

@@ -1,38 +1,54 @@
 """Epoch accounting: from step records to the report.
 
-`Accountant` turns the step records of one epoch (train steps and the
-validation run's test steps) into the report's figures: robust step-time
-statistics, one `Compilation` per new signature with its estimated cost,
-one `Recompilation` per distinct drift with its explanation, the epoch's
-`EpochStats`, and findings (each warned about once).
+Compile detection is the first step: `detect_compilations` marks, in each
+call's record, the signatures the function had not compiled before (one
+XLA compilation each). `Accountant` then turns the records of one epoch
+(train steps and the validation run's test steps) into the report's
+figures: robust step-time statistics, one `Compilation` per new signature
+with its estimated cost, one `Recompilation` per distinct drift with its
+explanation, the epoch's `EpochStats`, and findings.
+
+Pure logic: nothing here imports TensorFlow or Keras.
 """
 
 from __future__ import annotations
 
-import warnings
-
-from keras_xla.report import (
+from keras_xla.core.findings import FindingBook
+from keras_xla.core.report import (
     Compilation,
     EpochStats,
-    Finding,
     Recompilation,
     XLAReport,
 )
-from keras_xla.signatures import (
+from keras_xla.core.signatures import (
     FINDING_CODES,
+    SignatureTracker,
     describe,
     explain,
     fix_for,
 )
-from keras_xla.timing import (
+from keras_xla.core.timing import (
     StepRecord,
     estimate_compile_seconds,
+    ms,
     run_statistics,
 )
 
 
-class XLARecompilationWarning(UserWarning):
-    """XLA compiled a step again because an input's shape or dtype drifted."""
+def detect_compilations(
+    function: str, records: list[StepRecord], tracker: SignatureTracker
+) -> list[StepRecord]:
+    """Marks in `records` each step signature `tracker` has not seen for
+    `function` (`record.new`), with the signatures compiled before it
+    (`record.previous`); returns the records."""
+    for record in records:
+        for j, step in enumerate(record.signatures):
+            for r, sig in enumerate(step):
+                if tracker.observe(function, sig, r):
+                    record.new.append((j, r))
+                    compiled = tracker.compiled(function, r)
+                    record.previous[j, r] = compiled[:-1]
+    return records
 
 
 class Accountant:
@@ -40,11 +56,12 @@ class Accountant:
 
     Args:
         report: The report to fill.
+        book: Where findings go.
     """
 
-    def __init__(self, report: XLAReport):
+    def __init__(self, report: XLAReport, book: FindingBook):
         self.report = report
-        self._findings: dict[tuple, Finding] = {}
+        self.book = book
         self._medians: dict[str, float] = {}
         self._results: dict[str, dict] = {}
         self.epoch = 0
@@ -138,8 +155,8 @@ class Accountant:
                 r["recompilations"] for r in by_function.values()
             ),
             step_time_ms={
-                "median": _ms(stats.median_seconds),
-                "p90": _ms(stats.p90_seconds),
+                "median": ms(stats.median_seconds),
+                "p90": ms(stats.p90_seconds),
             },
             examples_per_second=_round(stats.examples_per_second),
             examples_per_second_overall=_round(
@@ -151,39 +168,6 @@ class Accountant:
         # Validation finishes before the epoch: restore time order.
         self.report.compile_log.sort(key=lambda c: c.started_at)
         return epoch_stats
-
-    def add_finding(
-        self,
-        code: str,
-        severity: str,
-        message: str,
-        fix: str,
-        key: tuple | None = None,
-        compile_seconds: float = 0.0,
-    ) -> Finding:
-        """Records a finding (or counts it again); warns the first time."""
-        key = key or (code, message)
-        finding = self._findings.get(key)
-        if finding is None:
-            finding = Finding(code, severity, message, fix, 0, 0.0)
-            self._findings[key] = finding
-            self.report.findings.append(finding)
-            category = (
-                XLARecompilationWarning
-                if code in FINDING_CODES.values()
-                else UserWarning
-            )
-            warnings.warn(f"[{code}] {message} Fix: {fix}", category, 4)
-        finding.count += 1
-        finding.compile_seconds = round(
-            finding.compile_seconds + compile_seconds, 4
-        )
-        if key[0] in ("train", "test") and finding.count > 1:
-            finding.message = (
-                f"{message} Seen {finding.count} times, "
-                f"{finding.compile_seconds:.2f} s of compiling."
-            )
-        return finding
 
     def _reference_median(self, function, train_so_far) -> float | None:
         """Per-step time to compare compiled steps with when a run has no
@@ -227,14 +211,13 @@ class Accountant:
                 ],
             )
         )
-        key = (function, change.input, change.dim, change.cause)
-        self.add_finding(
-            FINDING_CODES[change.cause], "warning", message, fix, key, seconds
+        self.book.add(
+            FINDING_CODES[change.cause],
+            message,
+            fix,
+            (function, change.input, change.dim),
+            seconds,
         )
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000.0, 4)
 
 
 def _round(value: float | None) -> float | None:

@@ -12,7 +12,7 @@ import math
 import time
 from typing import Any
 
-from keras_xla.hlo import HloStats
+from keras_xla.tf_backend.hlo import HloStats
 
 
 def achieved_flops(stats: HloStats, step_seconds: float) -> float:
@@ -69,3 +69,13 @@ def measure_peak_flops(
         chain(a, b).numpy()
         best = min(best, time.perf_counter() - start)
     return 2 * size**3 * matmuls / best
+
+
+_MEASURED_PEAKS: dict[str, float] = {}
+
+
+def measured_peak_flops(dtype: str = "float32") -> float:
+    """`measure_peak_flops(dtype)`, measured once per process and dtype."""
+    if dtype not in _MEASURED_PEAKS:
+        _MEASURED_PEAKS[dtype] = measure_peak_flops(dtype)
+    return _MEASURED_PEAKS[dtype]

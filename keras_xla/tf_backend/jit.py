@@ -14,16 +14,17 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from keras_xla.report import JitInfo
+from keras_xla.core import findings
+from keras_xla.core.report import JitInfo
 
 JIT_CHOICES = (True, False, None)
 
 # Finding codes for each reason XLA stays off.
-DISABLED_BY_LAYER = "jit-disabled-by-layer"
-DISABLED_BY_DETERMINISM = "jit-disabled-by-determinism"
-DISABLED_BY_RUN_EAGERLY = "jit-disabled-run-eagerly"
-DISABLED_BY_STRATEGY = "jit-disabled-by-strategy"
-DISABLED_BY_BACKEND = "jit-disabled-by-backend"
+DISABLED_BY_LAYER = findings.JIT_DISABLED_BY_LAYER
+DISABLED_BY_DETERMINISM = findings.JIT_DISABLED_BY_DETERMINISM
+DISABLED_BY_RUN_EAGERLY = findings.JIT_DISABLED_RUN_EAGERLY
+DISABLED_BY_STRATEGY = findings.JIT_DISABLED_BY_STRATEGY
+DISABLED_BY_BACKEND = findings.JIT_DISABLED_BY_BACKEND
 
 
 def layers_without_jit(model: Any) -> list[str]:

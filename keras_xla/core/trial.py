@@ -12,8 +12,8 @@ window (it pays a switch, and the candidate's compilation in its first
 window) and any call that compiled or traced is left out of the timing.
 The fastest candidate by median step time trains the rest of the run.
 
-Each candidate keeps its own step function (`probe.ModelProbes` variants)
-and its own layer policies, so switching back costs no recompilation.
+This module is the schedule and the decision, pure Python; putting the
+live model in a candidate's configuration is `keras_xla.trial_runner`'s.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ import math
 import statistics
 from typing import Any
 
-from keras_xla import precision as precision_lib
+from keras_xla.core.report import CandidateResult, Decision
+from keras_xla.core.timing import ms
 
 AUTO = "auto"
 ROUNDS = 3  # windows per candidate
@@ -41,61 +42,6 @@ class Candidate:
     @property
     def name(self) -> str:
         return f"{'xla' if self.jit else 'no_xla'}/{self.policy}"
-
-
-def plan_candidates(
-    jit: Any, precision: Any, xla_possible: bool, model: Any
-) -> tuple[list[Candidate], Candidate]:
-    """The candidates for the requested `jit` and `precision` ("auto", or
-    a fixed value applied to all), and Keras's default configuration
-    (`jit_compile="auto"` as Keras resolves it, float32). `xla_possible`
-    is `configure_jit`'s verdict for the request (`True` for "auto")."""
-    if jit == AUTO:
-        jits = [False, True] if xla_possible else [False]
-    else:  # configure_jit applied the request where it can work
-        jits = [bool(xla_possible)]
-    current = model.dtype_policy.name
-    if precision == AUTO:
-        recommended, _ = precision_lib.recommend_policy()
-        policies = list(dict.fromkeys(["float32", recommended]))
-    else:
-        policies = [
-            precision_lib.float_policy(precision).name if precision else current
-        ]
-    candidates = [Candidate(j, p) for j in jits for p in policies]
-    return candidates, Candidate(keras_auto_jit(model), "float32")
-
-
-def keras_auto_jit(model: Any) -> bool:
-    """What Keras's `jit_compile="auto"` resolves to for `model` (off on
-    CPU-only machines and under tf.distribute)."""
-    try:
-        return bool(model._resolve_auto_jit_compile())
-    except Exception:  # noqa: BLE001 - a private Keras method
-        return False
-
-
-class ModelState:
-    """A model's precision and XLA settings: layer policies, the model's
-    policy, its optimizer (loss scaling) and `jit_compile`."""
-
-    def __init__(self, model: Any) -> None:
-        self.layers = [
-            (layer, layer.dtype_policy)
-            for layer in model._flatten_layers(include_self=False)
-        ]
-        self.policy = model.dtype_policy
-        self.optimizer = getattr(model, "optimizer", None)
-        self.jit = model.jit_compile
-
-    def restore(self, model: Any) -> None:
-        for layer, policy in self.layers:
-            if layer.dtype_policy is not policy:
-                layer.dtype_policy = policy
-        model.dtype_policy = self.policy
-        if self.optimizer is not None and model.optimizer is not self.optimizer:
-            model.optimizer = self.optimizer
-        model.jit_compile = self.jit
 
 
 class Trial:
@@ -127,10 +73,6 @@ class Trial:
             for _ in range(window_calls)
         ]
         self.position = 0
-        self.states: dict[Candidate, ModelState] = {}
-        self.original: ModelState | None = None
-        self.active: Candidate | None = None
-        self.xla_possible = True
         self._consumed = 0
         self._window: Candidate | None = None
         self._seconds: dict[Candidate, list[float]] = {
@@ -172,23 +114,7 @@ class Trial:
                 per_step = [record.seconds_per_step] * record.steps
                 self._seconds[candidate].extend(per_step)
 
-    def state(self, model: Any, candidate: Candidate) -> ModelState:
-        """Puts `model` in `candidate`'s configuration (applying the policy
-        the first time, restoring it after)."""
-        state = self.states.get(candidate)
-        if state is not None:
-            state.restore(model)
-            return state
-        if self.original is None:
-            self.original = ModelState(model)
-        self.original.restore(model)
-        if candidate.policy != model.dtype_policy.name:
-            precision_lib.apply_policy(model, candidate.policy)
-        model.jit_compile = candidate.jit
-        state = self.states[candidate] = ModelState(model)
-        return state
-
-    def decide(self) -> tuple[Candidate | None, dict]:
+    def decide(self) -> tuple[Candidate | None, Decision]:
         """The winner (None when the trial could not decide) and the
         report's `decision` section."""
         rows = []
@@ -202,27 +128,31 @@ class Trial:
             if first is not None and median is not None:
                 excess = first.seconds - median * first.steps
                 compile_s = round(max(excess, 0.0), 3)
-            rows.append(candidate_row(c, len(times), _ms(median), compile_s))
+            rows.append(candidate_row(c, len(times), ms(median), compile_s))
         measured = [c for c in self.candidates if medians[c] is not None]
-        decision = {
-            "candidates": rows,
-            "default": self.default.name,
-            "trial_steps": self._calls * self.steps_per_call,
-            "trial_seconds": round(self._wall, 3),
-        }
+        decision = Decision(
+            status="skipped",
+            winner=None,
+            reason="",
+            candidates=rows,
+            default=self.default.name,
+            trial_steps=self._calls * self.steps_per_call,
+            trial_seconds=round(self._wall, 3),
+        )
         if len(measured) < len(self.candidates):
             missing = [c.name for c in self.candidates if c not in measured]
-            decision.update(
-                status="skipped",
-                winner=None,
-                reason="too few timed steps of " + ", ".join(missing),
-            )
+            decision.reason = "too few timed steps of " + ", ".join(missing)
             return None, decision
         winner = min(measured, key=lambda c: medians[c])
-        decision.update(status="decided", winner=winner.name)
-        decision.update(_versus_default(winner, self.default, medians, rows))
+        decision.status, decision.winner = "decided", winner.name
+        compile_s = next(r for r in rows if r.name == winner.name)
+        speedup, steps = _versus_default(
+            winner, self.default, medians, compile_s.compile_seconds
+        )
+        decision.speedup_vs_default = speedup
+        decision.break_even_steps = steps
         ranked = sorted(measured, key=lambda c: medians[c])
-        decision["reason"] = ", ".join(
+        decision.reason = ", ".join(
             f"{c.name} {medians[c] * 1000:.2f} ms" for c in ranked
         )
         return winner, decision
@@ -264,35 +194,24 @@ def minimum_steps(n: int, steps_per_call: int) -> int:
     return ROUNDS * n * MIN_WINDOW_CALLS * steps_per_call
 
 
-def _versus_default(winner, default, medians, rows) -> dict:
+def _versus_default(winner, default, medians, compile_seconds):
+    """`(speedup over Keras's default, break-even steps)`."""
     base = medians.get(default)
     if base is None:
-        return {"speedup_vs_default": None, "break_even_steps": None}
+        return None, None
     gain = base - medians[winner]
-    compile_s = next(r for r in rows if r["name"] == winner.name)
-    seconds = compile_s["compile_seconds"] or 0.0
+    seconds = compile_seconds or 0.0
     if winner == default:
         steps = 0
     elif gain > 0:
         steps = math.ceil(seconds / gain)
     else:
         steps = None
-    return {
-        "speedup_vs_default": round(base / medians[winner], 4),
-        "break_even_steps": steps,
-    }
+    return round(base / medians[winner], 4), steps
 
 
-def candidate_row(c, measured=0, median_ms=None, compile_seconds=None) -> dict:
-    return {
-        "name": c.name,
-        "jit_compile": c.jit,
-        "policy": c.policy,
-        "measured_steps": measured,
-        "median_step_ms": median_ms,
-        "compile_seconds": compile_seconds,
-    }
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000.0, 4)
+def candidate_row(c, measured=0, median_ms=None, compile_seconds=None):
+    """The report's row for one candidate."""
+    return CandidateResult(
+        c.name, c.jit, c.policy, measured, median_ms, compile_seconds
+    )

@@ -80,6 +80,11 @@ def records_from_calls(
     ]
 
 
+def ms(seconds: float | None) -> float | None:
+    """Seconds as milliseconds, rounded to 4 digits (None stays None)."""
+    return None if seconds is None else round(seconds * 1000.0, 4)
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """Linear-interpolated percentile, `q` in [0, 100]."""
     if not values:
@@ -158,66 +163,107 @@ def estimate_compile_seconds(
     return max(excess, 0.0) / len(record.new)
 
 
+def steady_signature(records: Sequence[StepRecord]):
+    """Replica 0's signature of the last step that did not compile, else
+    of the last step; None without signatures."""
+    steps = [s for r in records for s in r.signatures]
+    steady = [step for r in records if not r.new for step in r.signatures]
+    chosen = steady or steps
+    return chosen[-1][0] if chosen else None
+
+
+def attach_steps(
+    records: list[StepRecord],
+    steps: list[tuple],
+    traces: list[tuple[float, float]],
+    next_step: int | None = None,
+) -> list[StepRecord]:
+    """Gives `records` (consecutive calls of one function, in order) the
+    signatures of the steps each call ran and the tracing time that fell
+    in each call; returns them.
+
+    Args:
+        records: The calls, as the timer returned them.
+        steps: For each step that ran, in order, one signature per replica
+            (what the shape probe read).
+        traces: `(unix start, seconds)` of each trace of the step.
+        next_step: The first step of the call after the last record; a
+            call ran as many steps as the next call's first step says,
+            else the rest.
+    """
+    position = 0
+    for i, record in enumerate(records):
+        following = (
+            records[i + 1].first_step if i + 1 < len(records) else next_step
+        )
+        count = (
+            following - record.first_step
+            if following is not None and following > record.first_step
+            else len(steps) - position
+        )
+        record.signatures = steps[position : position + count]
+        position += count
+        begin = record.started_at
+        record.trace_seconds = sum(
+            s for t, s in traces if begin <= t < begin + record.seconds
+        )
+    return records
+
+
 class StepTimer:
     """Wall time of every call of the train and test functions.
 
     Each call costs two clock reads in a begin hook: a call ends where the
     next one (or the run) begins. The raw `(first step, start, end)`
-    triples are turned into `StepRecord`s only when flushed, once per run,
-    or when `capacity` calls are pending (the probe's ring buffer would
-    wrap next).
+    triples become `StepRecord`s only when flushed: once per run, or when
+    `capacity` calls are pending (the probe's ring buffer would wrap next;
+    `begin` and `close` then say so).
 
     Args:
         steps_per_call: Steps one call runs (`steps_per_execution`).
-        capacity: Calls kept raw before `on_flush` must run.
-        on_flush: `on_flush(function, records, next_step)`, called with
-            the new records of each flush (fills in their signatures).
+        capacity: Calls kept raw before they must be flushed.
     """
 
-    def __init__(self, steps_per_call: int, capacity: int, on_flush) -> None:
+    def __init__(self, steps_per_call: int, capacity: int) -> None:
         self.steps_per_call = steps_per_call
         self.capacity = capacity
-        self.on_flush = on_flush
         # Unix time = perf_counter() + offset: one clock read per call.
         self.clock_offset = time.time() - time.perf_counter()
-        self.records: dict[str, list[StepRecord]] = {"train": [], "test": []}
         self._raw: dict[str, list] = {"train": [], "test": []}
         self._open: tuple | None = None
 
-    def begin(self, function: str, batch: int, now: float) -> None:
+    def begin(
+        self, function: str, batch: int, now: float
+    ) -> tuple[str, int] | None:
         """A call of `function` starting at step `batch`; `now` is the
-        perf_counter read at the very start of the hook (ends the open
-        call)."""
-        self.close(now)
+        perf_counter read at the very start of the hook (it ends the open
+        call). Returns `(function, next step)` when that function's
+        pending calls must be flushed now, else None."""
+        full = self.close(now)
         self._open = (function, batch, time.perf_counter())
+        return full
 
-    def close(self, now: float | None = None) -> None:
-        """Ends the open call (at `now`, else at this moment)."""
+    def close(self, now: float | None = None) -> tuple[str, int] | None:
+        """Ends the open call (at `now`, else at this moment); returns
+        `(function, next step)` when its pending calls must be flushed."""
         now = now or time.perf_counter()
         if self._open is None:
-            return
+            return None
         function, batch, start = self._open
         self._open = None
         raw = self._raw[function]
         raw.append((batch, start, now))
         if len(raw) >= self.capacity:
-            self.flush(function, next_step=batch + self.steps_per_call)
+            return function, batch + self.steps_per_call
+        return None
 
-    def flush(self, function: str, next_step: int | None = None) -> list:
-        """Turns `function`'s pending calls into records (returned, and
-        appended to `records[function]`)."""
+    def discard_open(self) -> None:
+        """Forgets the open call (it was not a step)."""
+        self._open = None
+
+    def flush(self, function: str) -> list[StepRecord]:
+        """`function`'s pending calls as new records, oldest first."""
         raw, self._raw[function] = self._raw[function], []
-        new = records_from_calls(
+        return records_from_calls(
             function, raw, self.clock_offset, self.steps_per_call
         )
-        self.records[function].extend(new)
-        if new:
-            self.on_flush(function, new, next_step)
-        return new
-
-    def take(self, function: str) -> list[StepRecord]:
-        """Closes and flushes `function`, then hands over all its records."""
-        self.close()
-        self.flush(function)
-        records, self.records[function] = self.records[function], []
-        return records

@@ -1,0 +1,102 @@
+"""Lints on an epoch's measured figures: is the step worth compiling?
+
+Each lint takes numbers and returns `(message, fix)` or None;
+`epoch_lints` runs them all and returns `(code, message, fix)` findings
+for the owner of the fit to record.
+
+Pure logic: nothing here imports TensorFlow or Keras.
+"""
+
+from __future__ import annotations
+
+from keras_xla.core import findings as codes
+
+DISPATCH_MS = 1.0  # median steps shorter than this are launch-dominated
+
+
+def dispatch_bound(
+    median_ms: float | None, steps_per_execution: int
+) -> tuple[str, str] | None:
+    """Steps so short that launching one costs about as much as running
+    it, with one step per call."""
+    if median_ms is None or median_ms >= DISPATCH_MS:
+        return None
+    if steps_per_execution != 1:
+        return None
+    return (
+        f"The median train step takes {median_ms:.2f} ms: launching the "
+        "step costs about as much as running it.",
+        "Compile with `steps_per_execution=N` (e.g. 16) so one call runs "
+        "N steps.",
+    )
+
+
+def compile_dominates(
+    compile_seconds: float, median_ms: float | None, planned_steps: int | None
+) -> tuple[str, str] | None:
+    """Compiling took more than half the planned training time."""
+    if not median_ms or not planned_steps:
+        return None
+    train_seconds = planned_steps * median_ms / 1000.0
+    if compile_seconds <= 0.5 * train_seconds:
+        return None
+    return (
+        f"Compiling took {compile_seconds:.1f} s against about "
+        f"{train_seconds:.1f} s of planned training ({planned_steps} "
+        "steps): XLA will not pay back its compile time in this run.",
+        "Train longer, use the persistent compile cache "
+        "(XLATuner(compile_cache=DIR)), or train without XLA.",
+    )
+
+
+def planned_steps(params: dict | None) -> int | None:
+    """Steps per epoch times epochs, when Keras knows both."""
+    params = params or {}
+    steps, epochs = params.get("steps"), params.get("epochs")
+    if isinstance(steps, int) and isinstance(epochs, int):
+        return steps * epochs
+    return None
+
+
+def tensor_core_alignment(misaligned: list[str]) -> tuple[str, str] | None:
+    """Sizes (`alignment.tensor_core_misalignment`) that keep
+    low-precision math off a GPU's tensor cores."""
+    if not misaligned:
+        return None
+    return (
+        "Under float16/bfloat16 on a GPU, tensor cores need sizes that are "
+        "multiples of 8; not so here: " + ", ".join(misaligned) + ".",
+        "Round these sizes up to a multiple of 8.",
+    )
+
+
+def epoch_lints(
+    epoch: int,
+    median_ms: float | None,
+    steps_per_execution: int,
+    compile_seconds: float,
+    params: dict | None,
+    misaligned: list[str] = (),
+) -> list[tuple[str, str, str]]:
+    """Every lint of one epoch, as `(code, message, fix)`; the
+    first-epoch lints (alignment, compile cost) only for epoch 0."""
+    found = []
+    if epoch == 0:
+        found.append(
+            (codes.TENSOR_CORE_ALIGNMENT, tensor_core_alignment(misaligned))
+        )
+        found.append(
+            (
+                codes.COMPILE_DOMINATES,
+                compile_dominates(
+                    compile_seconds, median_ms, planned_steps(params)
+                ),
+            )
+        )
+    found.append(
+        (
+            codes.DISPATCH_BOUND_STEPS,
+            dispatch_bound(median_ms, steps_per_execution),
+        )
+    )
+    return [(code, *lint) for code, lint in found if lint is not None]

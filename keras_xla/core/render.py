@@ -1,0 +1,238 @@
+"""Text and Markdown renderings of an `XLAReport`.
+
+One renderer for every place a report is read: the train-end summary,
+`keras-xla report` (one run, or two compared), and TensorBoard's text
+summaries. The same epoch table, with the same column names, serves the
+summary and the command line.
+
+Pure logic: nothing here imports TensorFlow or Keras.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from keras_xla.core.report import Decision, EpochStats, Finding, XLAReport
+
+EPOCH_HEADER = (
+    "epoch",
+    "steps",
+    "compiles",
+    "recompiles",
+    "compile s",
+    "median ms",
+    "p90 ms",
+    "ex/s",
+)
+RECOMPILATION_HEADER = tuple(
+    "function|epoch|step|input|dim|before -> after|cause|seconds".split("|")
+)
+
+
+def number(value: float | None, digits: int = 2) -> str:
+    """A figure with `digits` decimals; `-` for a missing one."""
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def format_table(rows: list[tuple[str, ...]]) -> list[str]:
+    """Left-aligns the first column and right-aligns the others."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for r in rows:
+        cells = [r[0].ljust(widths[0])]
+        cells += [c.rjust(w) for c, w in zip(r[1:], widths[1:])]
+        lines.append("  ".join(cells).rstrip())
+    return lines
+
+
+def epoch_row(e: EpochStats) -> tuple[str, ...]:
+    counts = (e.epoch, e.steps, e.compilations, e.recompilations)
+    times = (e.compile_seconds, *map(e.step_time_ms.get, ("median", "p90")))
+    return (
+        *map(str, counts),
+        *map(number, times),
+        number(e.examples_per_second, 1),
+    )
+
+
+def epoch_table(report: XLAReport, totals: bool = False) -> list[str]:
+    """One row per epoch; with `totals`, a last row of run totals."""
+    rows = [EPOCH_HEADER, *map(epoch_row, report.epochs)]
+    if totals:
+        epochs = report.epochs
+        counts = (
+            sum(e.steps for e in epochs),
+            report.total_compilations,
+            sum(e.recompilations for e in epochs),
+        )
+        rows.append(
+            (
+                "total",
+                *map(str, counts),
+                number(report.total_compile_seconds),
+                "",
+                "",
+                "",
+            )
+        )
+    return format_table(rows)
+
+
+def jit_line(report: XLAReport) -> list[str]:
+    if report.jit is None:
+        return []
+    state = "on" if report.jit.enabled else "off"
+    return [f"XLA {state}: {report.jit.reason}"]
+
+
+def decision_line(decision: Decision | None) -> list[str]:
+    if decision is None or decision.status != "decided":
+        return []
+    speedup = decision.speedup_vs_default
+    tail = (
+        f"{speedup:.2f}x Keras's default {decision.default}, paying back "
+        f"its compile in {decision.break_even_steps} steps."
+        if speedup
+        else "Keras's default was not a candidate."
+    )
+    return [f"Trial: {decision.winner} won ({decision.reason}); " + tail]
+
+
+def top_findings(findings: Sequence[Finding], limit: int) -> list[Finding]:
+    """Warnings first, then by compile seconds lost."""
+    return sorted(
+        findings,
+        key=lambda f: (f.severity != "warning", -f.compile_seconds),
+    )[:limit]
+
+
+def summary(report: XLAReport, max_findings: int = 3) -> str:
+    """The train-end summary: XLA on or off, the epoch table, the trial,
+    the top findings."""
+    lines = jit_line(report)
+    lines += epoch_table(report)
+    lines += decision_line(report.decision)
+    for f in top_findings(report.findings, max_findings):
+        lines.append(f"[{f.code}] {f.message} Fix: {f.fix}")
+    return "\n".join(lines)
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def findings_markdown(findings: Sequence[Finding]) -> str:
+    """Findings as a Markdown table (TensorBoard's text plugin renders
+    Markdown)."""
+    if not findings:
+        return "No findings."
+    out = ["| code | severity | count | compile s | message | fix |"]
+    out.append("| --- | --- | --- | --- | --- | --- |")
+    for f in findings:
+        out.append(
+            f"| `{f.code}` | {f.severity} | {f.count} | "
+            f"{f.compile_seconds:.2f} | {_md(f.message)} | {_md(f.fix)} |"
+        )
+    return "\n".join(out)
+
+
+def decision_markdown(decision: Decision | None) -> str:
+    """The trial's decision as Markdown: a sentence and a table of the
+    candidates."""
+    if not decision:
+        return "No trial."
+    d = decision
+    lines = [f"**{d.status}**: winner `{d.winner}`. {_md(d.reason)}"]
+    if d.speedup_vs_default is not None:
+        lines.append(
+            f"Speedup over Keras's default (`{d.default}`): "
+            f"{d.speedup_vs_default:.2f}x; the winner's compile pays "
+            f"back in {d.break_even_steps} steps. Trial: "
+            f"{d.trial_steps} steps, {d.trial_seconds:.1f} s."
+        )
+    lines += [
+        "",
+        "| candidate | timed steps | median step ms | compile s |",
+        "| --- | --- | --- | --- |",
+    ]
+    for c in d.candidates:
+        lines.append(
+            f"| `{c.name}` | {c.measured_steps} | "
+            f"{number(c.median_step_ms)} | {number(c.compile_seconds)} |"
+        )
+    return "\n".join(lines)
+
+
+def full_report(report: XLAReport, path: str) -> str:
+    """One report as `keras-xla report` prints it: jit, environment,
+    epochs with totals, recompilations, trial, findings."""
+    lines = [f"Report: {path}"]
+    if report.jit is not None:
+        jit = report.jit
+        lines.append(
+            f"jit: requested {jit.requested!r}, enabled {jit.enabled!r}. "
+            f"{jit.reason}"
+        )
+    env = report.environment
+    if env:
+        lines.append(
+            ", ".join(f"{k} {v}" for k, v in env.items() if k != "devices")
+        )
+    lines += ["", *epoch_table(report, totals=True)]
+    lines += ["", f"Recompilations ({len(report.recompilations)})"]
+    rows = [RECOMPILATION_HEADER]
+    for r in report.recompilations:
+        where = map(str, (r.function, r.epoch, r.step, r.input, r.dim))
+        change = f"{r.before} -> {r.after}"
+        rows.append((*where, change, r.cause, number(r.compile_seconds)))
+    lines += format_table(rows) if report.recompilations else []
+    if report.decision:
+        lines += ["", "Trial decision", decision_markdown(report.decision)]
+    lines += ["", f"Findings ({len(report.findings)})"]
+    for f in report.findings:
+        lines.append(
+            f"[{f.code}] {f.severity}, count {f.count}, "
+            f"{f.compile_seconds:.2f} s compiling"
+        )
+        lines.append(f"  {f.message}")
+        lines.append(f"  Fix: {f.fix}")
+    return "\n".join(lines)
+
+
+def run_totals(report: XLAReport) -> dict[str, float | None]:
+    """Per-run totals; step time and examples/s are medians over epochs."""
+    medians = [e.step_time_ms.get("median") for e in report.epochs]
+    rates = [e.examples_per_second for e in report.epochs]
+    medians = [m for m in medians if m is not None]
+    rates = [r for r in rates if r is not None]
+    return {
+        "epochs": len(report.epochs),
+        "total compilations": report.total_compilations,
+        "recompilations": sum(e.recompilations for e in report.epochs),
+        "compile seconds": report.total_compile_seconds,
+        "median step ms": statistics.median(medians) if medians else None,
+        "examples/s": statistics.median(rates) if rates else None,
+    }
+
+
+def comparison(runs: Sequence[tuple[XLAReport, str]]) -> str:
+    """Two reports side by side with a `run2 / run1` ratio column."""
+    (first, first_path), (second, second_path) = runs
+    lines = [f"run1: {first_path}", f"run2: {second_path}"]
+    lines += ["(median step ms and examples/s: medians over epochs)", ""]
+    jit = [
+        ("on" if r.jit.enabled else "off") if r.jit else "-"
+        for r in (first, second)
+    ]
+    rows = [("", "run1", "run2", "run2/run1"), ("XLA", *jit, "")]
+    totals = run_totals(first), run_totals(second)
+    for name in totals[0]:
+        a, b = totals[0][name], totals[1][name]
+        integer = name in ("epochs", "total compilations", "recompilations")
+        digits = 1 if name == "examples/s" else 2
+        cells = [str(v) if integer else number(v, digits) for v in (a, b)]
+        ratio = "-" if not a or b is None else f"{b / a:.2f}"
+        rows.append((name, *cells, ratio))
+    lines += format_table(rows)
+    return "\n".join(lines)

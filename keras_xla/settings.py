@@ -1,0 +1,69 @@
+"""XLATuner's arguments: checked when the tuner is made, frozen per fit.
+
+`check_arguments` raises a `ValueError` naming the argument, the value
+received and the fix; `Settings` is what one fit reads of the tuner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from keras_xla.core.trial import AUTO, validate_budget
+from keras_xla.tf_backend import compile_cache as cache_lib
+from keras_xla.tf_backend import jit as jit_lib
+from keras_xla.tf_backend import precision as precision_lib
+from keras_xla.tf_backend.unsupported import CHOICES as UNSUPPORTED_CHOICES
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """XLATuner's arguments, checked, as one fit needs them."""
+
+    log_dir: str | None
+    jit_compile: Any
+    strict: bool
+    verbose: int
+    on_unsupported: str
+    analyze_hlo: bool
+    peak_flops: float | None
+    profile_steps: tuple[int, int] | None
+    mixed_precision: str | None
+    trial_budget: float | int
+    flag_problems: tuple = ()
+    cache_status: cache_lib.CacheStatus | None = None
+
+
+def check_arguments(
+    log_dir: Any,
+    jit_compile: Any,
+    verbose: Any,
+    on_unsupported: Any,
+    profile_steps: Any,
+    mixed_precision: Any,
+    trial_budget: Any,
+) -> None:
+    """Raises `ValueError` for the first unsupported argument."""
+    if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
+        raise ValueError(
+            f"Unsupported value `XLATuner(log_dir={log_dir!r})`: pass a "
+            "directory path or None."
+        )
+    for name, value, choices in (
+        ("jit_compile", jit_compile, (*jit_lib.JIT_CHOICES, "auto")),
+        ("verbose", verbose, (0, 1)),
+        ("on_unsupported", on_unsupported, UNSUPPORTED_CHOICES),
+    ):
+        if value not in choices or isinstance(value, float):
+            raise ValueError(
+                f"Unsupported value `XLATuner({name}={value!r})`. "
+                f"Possible choices are: {', '.join(map(repr, choices))}."
+            )
+    if profile_steps is not None and log_dir is None:
+        raise ValueError(
+            f"`XLATuner(profile_steps={profile_steps!r})` needs a log_dir."
+        )
+    validate_budget(trial_budget)
+    if mixed_precision not in (None, AUTO):
+        precision_lib.float_policy(mixed_precision, "XLATuner(mixed_precision")

@@ -1,0 +1,292 @@
+"""The XLA/precision trial on a live model (`keras_xla.core.trial`).
+
+`plan()` puts the model in the first candidate's configuration and returns
+a `TrialRunner`, or, when there is nothing to try or no room to try it, a
+`Settlement`: the model's configuration to train with, the report's
+decision and, when the trial was skipped, why and how to make room. The
+runner switches candidates at window boundaries and, when the trial ends,
+returns the `Settlement` of the winner. The owner of the fit applies what
+these return (XLA on or off, the step functions, the report); nothing
+here touches the tuner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from keras_xla.core import trial as trial_lib
+from keras_xla.core.report import Decision
+from keras_xla.core.trial import AUTO, Candidate, Trial
+from keras_xla.tf_backend import precision as precision_lib
+
+
+class ModelState:
+    """A model's precision and XLA settings: layer policies, the model's
+    policy, its optimizer (loss scaling) and `jit_compile`."""
+
+    def __init__(self, model: Any) -> None:
+        self.layers = [
+            (layer, layer.dtype_policy)
+            for layer in model._flatten_layers(include_self=False)
+        ]
+        self.policy = model.dtype_policy
+        self.optimizer = getattr(model, "optimizer", None)
+        self.jit = model.jit_compile
+
+    def restore(self, model: Any) -> None:
+        for layer, policy in self.layers:
+            if layer.dtype_policy is not policy:
+                layer.dtype_policy = policy
+        model.dtype_policy = self.policy
+        if self.optimizer is not None and model.optimizer is not self.optimizer:
+            model.optimizer = self.optimizer
+        model.jit_compile = self.jit
+
+
+def plan_candidates(
+    jit: Any, precision: Any, xla_possible: bool, model: Any
+) -> tuple[list[Candidate], Candidate]:
+    """The candidates for the requested `jit` and `precision` ("auto", or
+    a fixed value applied to all), and Keras's default configuration
+    (`jit_compile="auto"` as Keras resolves it, float32). `xla_possible`
+    is `configure_jit`'s verdict for the request (`True` for "auto")."""
+    if jit == AUTO:
+        jits = [False, True] if xla_possible else [False]
+    else:  # configure_jit applied the request where it can work
+        jits = [bool(xla_possible)]
+    current = model.dtype_policy.name
+    if precision == AUTO:
+        recommended, _ = precision_lib.recommend_policy()
+        policies = list(dict.fromkeys(["float32", recommended]))
+    else:
+        policies = [
+            precision_lib.float_policy(precision).name if precision else current
+        ]
+    candidates = [Candidate(j, p) for j in jits for p in policies]
+    return candidates, Candidate(keras_auto_jit(model), "float32")
+
+
+def keras_auto_jit(model: Any) -> bool:
+    """What Keras's `jit_compile="auto"` resolves to for `model` (off on
+    CPU-only machines and under tf.distribute)."""
+    try:
+        return bool(model._resolve_auto_jit_compile())
+    except Exception:  # noqa: BLE001 - a private Keras method
+        return False
+
+
+@dataclasses.dataclass
+class Settlement:
+    """How the model trains after the trial (or instead of it).
+
+    Attributes:
+        decision: The report's `decision` section.
+        skipped: `(problem, fix)` when the trial could not decide.
+        kept: The winner's `ModelState`, for a later fit of the same model
+            to reuse; None when nothing was decided.
+    """
+
+    decision: Decision
+    skipped: tuple[str, str] | None = None
+    kept: ModelState | None = None
+
+    def jit_reason(self) -> str:
+        d = self.decision
+        if d.status in ("decided", "reused"):
+            return f"the trial chose {d.winner} ({d.reason})"
+        return d.reason
+
+
+class _TrialRetraces(logging.Filter):
+    """Drops TensorFlow's "triggered tf.function retracing" warning while
+    the trial traces one step function per candidate: that is by design,
+    and real retraces are the tuner's own `retrace` findings."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "triggered tf.function retracing" not in record.getMessage()
+
+
+_FILTER = _TrialRetraces()
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """What the user asked the trial for, and what this fit allows.
+
+    Attributes:
+        jit: `XLATuner(jit_compile=...)`.
+        precision: `XLATuner(mixed_precision=...)`.
+        budget: `XLATuner(trial_budget=...)`.
+        xla_possible: Whether XLA can be on for this model.
+        epoch_steps: Keras's steps per epoch, if known.
+        steps_per_call: `steps_per_execution`.
+        probed: Whether the model's steps carry the shape probe.
+    """
+
+    jit: Any
+    precision: Any
+    budget: float | int
+    xla_possible: bool
+    epoch_steps: int | None
+    steps_per_call: int
+    probed: bool
+
+
+def plan(
+    model: Any,
+    request: Request,
+    original: ModelState,
+    previous: tuple[Any, ModelState, Decision] | None,
+) -> TrialRunner | Settlement:
+    """Starts the trial (the model in its first candidate's
+    configuration), or settles at once.
+
+    Args:
+        model: The live model, already configured for XLA where possible.
+        request: The request and what this fit allows.
+        original: The model's state before the tuner changed it.
+        previous: `(model, kept state, decision)` of an earlier fit's
+            trial with the same tuner, if any.
+    """
+    candidates, default = plan_candidates(
+        request.jit, request.precision, request.xla_possible, model
+    )
+    rows = [trial_lib.candidate_row(c) for c in candidates]
+    if previous is not None and previous[0] is model:
+        _, state, decision = previous
+        state.restore(model)
+        return Settlement(dataclasses.replace(decision, status="reused"))
+    if len(candidates) == 1:
+        _configure(model, original, candidates[0])
+        return Settlement(
+            Decision(
+                "single-candidate",
+                candidates[0].name,
+                "nothing else to try",
+                rows,
+            )
+        )
+    spe, steps = request.steps_per_call, request.epoch_steps
+    budget = trial_lib.budget_steps(request.budget, steps)
+    calls = trial_lib.window_calls(budget or 0, len(candidates), spe)
+    problem = None
+    if not request.probed:
+        problem = (
+            "it needs the tuner's step probe, which a plain Keras model "
+            "under a multi-replica strategy does not get",
+            "Build the model as `keras_xla.XLAModel`.",
+        )
+    elif budget is None:
+        problem = (
+            "the first epoch's length is unknown",
+            "Pass `steps_per_epoch` to fit, or `trial_budget=<steps>`.",
+        )
+    elif not calls:
+        need = trial_lib.minimum_steps(len(candidates), spe)
+        problem = (
+            f"its budget is {budget} steps (trial_budget="
+            f"{request.budget!r} of {steps}); {len(candidates)} "
+            f"candidates need at least {need}",
+            f"Raise `trial_budget` to {need} steps or more, or set "
+            "`jit_compile` and `mixed_precision` explicitly.",
+        )
+    if problem is not None:
+        decision = Decision("skipped", None, "", rows)
+        return _fall_back(
+            model, original, request.xla_possible, decision, *problem
+        )
+    runner = TrialRunner(
+        Trial(candidates, default, calls, spe),
+        original,
+        request.xla_possible,
+    )
+    runner.switch(model, candidates[0])
+    logging.getLogger("tensorflow").addFilter(_FILTER)
+    return runner
+
+
+class TrialRunner:
+    """Runs one trial's schedule on the live model.
+
+    Args:
+        trial: The schedule and measurements.
+        original: The model's state before the trial.
+        xla_possible: Whether XLA can be on for this model.
+    """
+
+    def __init__(
+        self, trial: Trial, original: ModelState, xla_possible: bool
+    ) -> None:
+        self.trial = trial
+        self.original = original
+        self.xla_possible = xla_possible
+        self.active: Candidate | None = None
+        self._states: dict[Candidate, ModelState] = {}
+
+    def at_boundary(self) -> bool:
+        """Whether the call about to start begins a window (or ends the
+        trial): the owner then hands the records so far to
+        `close_window`."""
+        return self.trial.boundary()
+
+    def close_window(self, records: list) -> bool:
+        """Takes the last window's records; returns True when the trial
+        is over (call `finish`)."""
+        self.trial.close_window(records)
+        return self.trial.done
+
+    def advance(self, model: Any) -> bool:
+        """Before a trial call: puts the model in the scheduled
+        candidate's configuration; returns True if that changed it (the
+        owner then rebuilds the train function)."""
+        candidate = self.trial.current()
+        switched = candidate != self.active
+        if switched:
+            self.switch(model, candidate)
+        self.trial.advance()
+        return switched
+
+    def switch(self, model: Any, candidate: Candidate) -> None:
+        self.active = candidate
+        state = self._states.get(candidate)
+        if state is None:
+            _configure(model, self.original, candidate)
+            state = self._states[candidate] = ModelState(model)
+        else:
+            state.restore(model)
+
+    def finish(self, model: Any, records: list) -> Settlement:
+        """Decides (on the windows so far, if the epoch ended first) and
+        puts the model in the winner's configuration."""
+        logging.getLogger("tensorflow").removeFilter(_FILTER)
+        self.trial.close_window(records)
+        winner, decision = self.trial.decide()
+        if winner is None:
+            return _fall_back(
+                model,
+                self.original,
+                self.xla_possible,
+                decision,
+                f"it ended with {decision.reason}",
+                "Raise `trial_budget`, or give the first epoch more steps.",
+            )
+        self.switch(model, winner)
+        return Settlement(decision, kept=self._states[winner])
+
+
+def _configure(model: Any, original: ModelState, candidate: Candidate):
+    """Puts `model` in `candidate`'s configuration, from `original`."""
+    original.restore(model)
+    if candidate.policy != model.dtype_policy.name:
+        precision_lib.apply_policy(model, candidate.policy)
+    model.jit_compile = candidate.jit
+
+
+def _fall_back(model, original, xla_possible, decision, problem, fix):
+    """No decision: the model trains as it was compiled."""
+    original.restore(model)
+    model.jit_compile = bool(original.jit) and xla_possible
+    decision.reason = f"The XLA/precision trial was skipped: {problem}."
+    return Settlement(decision, skipped=(decision.reason, fix))
