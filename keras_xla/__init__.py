@@ -13,6 +13,10 @@ _EXPORTS = {
     "XLARecompilationWarning": "keras_xla.core.findings",
     "XLAReport": "keras_xla.core.report",
     "XLATuner": "keras_xla.tuner",
+    "check_flags": "keras_xla.tf_backend.flags",
+    "hlo_dump_env": "keras_xla.tf_backend.flags",
+    "read_compile_events": "keras_xla.tf_backend.profiler",
+    "recommend_policy": "keras_xla.tf_backend.precision",
     "clear_compile_cache": "keras_xla.tf_backend.compile_cache",
     "enable_compile_cache": "keras_xla.tf_backend.compile_cache",
 }

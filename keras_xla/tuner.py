@@ -48,15 +48,21 @@ class XLATuner(keras.callbacks.Callback):
     `xla/compile_cache_misses`. Text: `xla/findings` (a Markdown table)
     and, after a trial, `xla/decision`.
 
-    Finding codes: `partial-last-batch`, `batch-size-change`,
+    Finding codes (all defined in `keras_xla.core.findings.CODES`):
+    recompilation causes `partial-last-batch`, `batch-size-change`,
     `dynamic-dimension`, `dtype-change`, `rank-change`, `new-input`,
-    `removed-input`, `retrace`, `jit-disabled-by-layer`,
+    `removed-input`, `retrace`; XLA off `jit-disabled-by-layer`,
     `jit-disabled-by-determinism`, `jit-disabled-run-eagerly`,
     `jit-disabled-by-strategy`, `jit-disabled-by-backend`,
-    `compile-cache-inactive`, `unsupported-op`, `dispatch-bound-steps`,
-    `compile-dominates`, `tensor-core-alignment`, `profiler-busy`,
-    `hlo-analysis-failed`, `trial-skipped`, the codes of
-    `keras_xla.flags` and `keras_xla.precision`, `tuner-error`.
+    `unsupported-op`; cost `dispatch-bound-steps`, `compile-dominates`,
+    `tensor-core-alignment`; precision `policy-set-after-build`,
+    `low-precision-output`, `missing-loss-scale`, `float16-on-cpu`,
+    `bf16-without-hardware-support`; flags `unknown-xla-flag`,
+    `xla-flag-wrong-variable`, `negated-xla-flag`,
+    `xla-flag-missing-value`, `invalid-xla-flag-value`,
+    `ignored-xla-flag-text`, `missing-xla-flags-file`; the tuner's own
+    `compile-cache-inactive`, `profiler-busy`, `hlo-analysis-failed`,
+    `trial-skipped`, `tuner-error`.
 
     The report (`tuner.report`) is also written to
     `<log_dir>/xla_report.json` at every epoch end and at train end.
@@ -68,7 +74,7 @@ class XLATuner(keras.callbacks.Callback):
         jit_compile: `True` turns XLA on for this `fit` (the train function
             is rebuilt once, in `on_train_begin`), `False` turns it off,
             `None` keeps the model's own setting, `"auto"` measures both
-            in a live trial (`keras_xla.trial`) and keeps the faster.
+            in a live trial (`keras_xla.trial_runner`) and keeps the faster.
             Defaults to `True`.
         strict: Raise on the tuner's own failures, and when XLA was
             requested but cannot be on, instead of logging them as

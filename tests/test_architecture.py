@@ -1,0 +1,131 @@
+"""The layers: a core without TensorFlow, an owner per fit that nothing
+keeps alive, and the trial runner driven without a fit."""
+
+import gc
+import subprocess
+import sys
+import weakref
+
+import keras
+from conftest import conv_model, regression_data
+
+from keras_xla import XLATuner, trial_runner
+from keras_xla.core.report import Decision
+
+CORE = (
+    "accounting",
+    "findings",
+    "lints",
+    "render",
+    "report",
+    "signatures",
+    "timing",
+    "trial",
+)
+
+
+def test_core_imports_without_tensorflow_or_keras():
+    imports = "; ".join(f"import keras_xla.core.{name}" for name in CORE)
+    code = (
+        f"import sys; {imports}; "
+        "print(sorted(m for m in ('tensorflow', 'keras') if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_the_model_does_not_keep_the_tuner_alive():
+    x, y = regression_data(32)
+    model = conv_model()
+    tuner = XLATuner(verbose=0, analyze_hlo=False)
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[tuner])
+    assert tuner.report.total_compilations == 1
+    run = weakref.ref(tuner._run)
+    tuner = weakref.ref(tuner)
+    gc.collect()
+    assert tuner() is None and run() is None
+    # The bare (probed, unguarded) step function is back on the model.
+    assert model.train_function.__name__ != "guarded"
+
+
+class StubModel:
+    """What the trial runner reads of a model, without a model."""
+
+    def __init__(self, jit_compile=False):
+        self.jit_compile = jit_compile
+        self.dtype_policy = keras.DTypePolicy("float32")
+        self.optimizer = None
+
+    def _flatten_layers(self, include_self=False):
+        return []
+
+    def _resolve_auto_jit_compile(self):
+        return False
+
+
+def request(**kw):
+    base = dict(
+        jit="auto",
+        precision=None,
+        budget=0.25,
+        xla_possible=True,
+        epoch_steps=400,
+        steps_per_call=1,
+        probed=True,
+    )
+    return trial_runner.Request(**{**base, **kw})
+
+
+def test_trial_runner_settles_without_a_fit():
+    model = StubModel()
+    original = trial_runner.ModelState(model)
+    one = trial_runner.plan(model, request(jit=True), original, None)
+    assert isinstance(one, trial_runner.Settlement)
+    assert (one.decision.status, one.decision.winner) == (
+        "single-candidate",
+        "xla/float32",
+    )
+    assert model.jit_compile is True
+    unknown = trial_runner.plan(
+        model, request(epoch_steps=None), original, None
+    )
+    assert unknown.decision.status == "skipped"
+    assert "length is unknown" in unknown.skipped[0]
+    assert model.jit_compile is False  # as compiled: original setting
+    kept = trial_runner.ModelState(model)
+    previous = (model, kept, Decision("decided", "no_xla/float32", "r"))
+    again = trial_runner.plan(model, request(), original, previous)
+    assert again.decision.status == "reused"
+    assert again.jit_reason() == "the trial chose no_xla/float32 (r)"
+
+
+def test_trial_runner_switches_and_decides_on_records():
+    from keras_xla.core.timing import StepRecord
+
+    model = StubModel()
+    runner = trial_runner.plan(
+        model, request(budget=18), trial_runner.ModelState(model), None
+    )
+    assert isinstance(runner, trial_runner.TrialRunner)
+    records, seen = [], []
+    step = 0
+    while True:
+        if runner.at_boundary() and runner.close_window(records):
+            break
+        if runner.advance(model):
+            seen.append(model.jit_compile)
+        # XLA steps take 1 ms, the others 2 ms.
+        seconds = 0.001 if model.jit_compile else 0.002
+        records.append(StepRecord("train", step, seconds))
+        step += 1
+    settlement = runner.finish(model, records)
+    assert step == 18
+    # Windows no_xla, xla | xla, no_xla | no_xla, xla: the order rotates,
+    # and a window that continues the configuration switches nothing.
+    assert seen == [True, False, True]
+    assert settlement.decision.winner == "xla/float32"
+    assert model.jit_compile is True
+    assert settlement.decision.speedup_vs_default == 2.0
