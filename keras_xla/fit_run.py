@@ -110,6 +110,7 @@ class FitRun:
             self._prepare_functions()
         self.log = StepLog(spe, self.functions)
         self.active = True
+        self._drain("before the fit", "train", "test")
 
     def _report_setup(self) -> None:
         """Findings for bad XLA flags; the compile cache's section."""
@@ -242,7 +243,23 @@ class FitRun:
 
     # Epochs and validation runs.
 
+    def _drain(self, when: str, *functions: str) -> None:
+        """Steps of the fit's functions that ran outside its own calls
+        are set aside, their compilations reported as outside the fit."""
+        for function in functions:
+            for sig, replica in self.log.drain(function, self.jit_on):
+                self.report.outside_compilations.append(
+                    {
+                        "function": function,
+                        "shapes": {t.path: list(t.shape) for t in sig.tensors},
+                        "replica": replica,
+                        "found": when,
+                    }
+                )
+
     def epoch_begin(self, epoch: int) -> None:
+        if self.active:
+            self._drain(f"before epoch {epoch}", "train", "test")
         self.accountant.start_epoch(epoch)
         status = self.settings.cache_status
         if status is not None:
@@ -251,6 +268,8 @@ class FitRun:
     def test_begin(self) -> None:
         if self.active:
             self._end_train_calls()
+            epoch = self.accountant.epoch
+            self._drain(f"before validation of epoch {epoch}", "test")
 
     def _end_train_calls(self) -> None:
         """Validation or the epoch's end: the train calls so far are

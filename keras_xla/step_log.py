@@ -54,10 +54,32 @@ class StepLog:
             probe = variant.probe
             steps, traces = probe.read_new(), probe.pop_traces()
             attach_steps(records, steps, traces, next_step)
+            if probe.steps_recorded:
+                # A call that ran no step: with a dataset of unknown
+                # length, Keras's last call only finds the end of data.
+                records = [r for r in records if r.signatures]
             if jit_on:
                 detect_compilations(function, records, variant.tracker)
         self.records[function].extend(records)
         return self.records[function]
+
+    def drain(self, function: str, jit_on: bool) -> list[tuple]:
+        """Reads the steps `function` ran outside this log's calls (an
+        `evaluate()` between fits, or a callback's own), so they are not
+        booked to the next run; returns `(signature, replica)` of each
+        signature they compiled (new to the function's tracker)."""
+        variant = self.functions.active(function) if self.functions else None
+        if variant is None:
+            return []
+        probe, compiled = variant.probe, []
+        probe.pop_traces()
+        for step in probe.read_new():
+            for replica, sig in enumerate(step):
+                if not jit_on:
+                    continue
+                if variant.tracker.observe(function, sig, replica):
+                    compiled.append((sig, replica))
+        return compiled
 
     def take(self, function: str, jit_on: bool) -> list[StepRecord]:
         """Closes and collects `function`, and hands over its records."""

@@ -26,6 +26,7 @@ from keras_xla.core.signatures import (
     describe,
     explain,
     fix_for,
+    primary_changes,
 )
 from keras_xla.core.timing import (
     StepRecord,
@@ -211,13 +212,18 @@ class Accountant:
                 ],
             )
         )
-        self.book.add(
-            FINDING_CODES[change.cause],
-            message,
-            fix,
-            (function, change.input, change.dim),
-            seconds,
-        )
+        # The primary change carries the cost; every other cause of the
+        # same step (a padded length that changed with a short last
+        # batch) is named too.
+        for other in primary_changes(changes):
+            primary = other is change
+            self.book.add(
+                FINDING_CODES[other.cause],
+                message if primary else describe(other, function, changes),
+                fix if primary else fix_for(other),
+                (function, other.input, other.dim),
+                seconds if primary else 0.0,
+            )
 
 
 def _round(value: float | None) -> float | None:

@@ -239,6 +239,10 @@ class XLAReport:
     recompilations: list = dataclasses.field(default_factory=list)
     findings: list = dataclasses.field(default_factory=list)
     compile_log: list = dataclasses.field(default_factory=list)
+    # XLA compilations of the fit's step functions outside its own steps
+    # (an evaluate() between fits, a callback's own evaluate): function,
+    # shapes, replica, and when the fit found them. Not in any epoch.
+    outside_compilations: list = dataclasses.field(default_factory=list)
     compile_cache: CompileCacheSection | None = None
     hlo: HloSection | None = None
     profile: ProfileSection | None = None
@@ -266,6 +270,7 @@ class XLAReport:
             ],
             "findings": [dataclasses.asdict(f) for f in self.findings],
             "compile_log": [dataclasses.asdict(c) for c in self.compile_log],
+            "outside_compilations": list(self.outside_compilations),
             **{
                 name: section.to_dict() if section is not None else None
                 for name, section in self.sections().items()
@@ -311,6 +316,7 @@ class XLAReport:
             ],
             findings=[Finding(**f) for f in data.get("findings", [])],
             compile_log=[Compilation(**c) for c in data.get("compile_log", [])],
+            outside_compilations=list(data.get("outside_compilations", [])),
             compile_cache=CompileCacheSection.from_dict(
                 data.get("compile_cache")
             ),

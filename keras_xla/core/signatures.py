@@ -131,14 +131,40 @@ def closest_previous(
 
 def classify(changes: list[ShapeChange], last_step: bool) -> list[ShapeChange]:
     """Turns batch-size changes into `PARTIAL_BATCH` where that is what
-    they are: only the batch dimension changed, it shrank, and the step was
-    the last of its epoch (or of its validation run)."""
-    batch_only = bool(changes) and all(c.cause == BATCH_SIZE for c in changes)
-    if not (batch_only and last_step):
+    they are: the step was the last of its epoch (or of its validation
+    run) and every batch dimension that changed shrank. Other changes of
+    the same step (a padded length that changed with it) keep their own
+    cause: a short last batch is a partial batch whatever else changed."""
+    batch = [c for c in changes if c.cause == BATCH_SIZE]
+    if not (batch and last_step):
         return changes
-    if all(c.after[0] < c.before[0] for c in changes):
-        return [dataclasses.replace(c, cause=PARTIAL_BATCH) for c in changes]
-    return changes
+    if not all(c.after[0] < c.before[0] for c in batch):
+        return changes
+    return [
+        dataclasses.replace(c, cause=PARTIAL_BATCH)
+        if c.cause == BATCH_SIZE
+        else c
+        for c in changes
+    ]
+
+
+def primary_changes(changes: list[ShapeChange]) -> list[ShapeChange]:
+    """One change per distinct cause and input, the batch first: what the
+    findings name (the full list stays in the recompilation)."""
+    order = [PARTIAL_BATCH, BATCH_SIZE]
+    ranked = sorted(
+        changes,
+        key=lambda c: order.index(c.cause) if c.cause in order else 2,
+    )
+    seen, out = set(), []
+    for c in ranked:
+        # Every input's batch dimension shrinks with a short batch: one
+        # cause. Other causes count once per input.
+        key = (c.cause,) if c.cause in order else (c.cause, c.input)
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out
 
 
 def explain(
@@ -154,8 +180,8 @@ def explain(
         last_step: Whether the step was the last of its epoch or run.
 
     Returns:
-        The change to report (the first input that changed) and the full
-        list of changes.
+        The change to report (a batch change first, else the first input
+        that changed) and the full list of changes.
     """
     if not previous:
         raise ValueError("explain() needs at least one previous signature.")
@@ -165,7 +191,7 @@ def explain(
         # Same shapes, new concrete function: tf.function traced again.
         change = ShapeChange(None, None, None, None, RETRACE)
         return change, [change]
-    return changes[0], changes
+    return primary_changes(changes)[0], changes
 
 
 def _where(change: ShapeChange) -> str:

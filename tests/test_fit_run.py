@@ -1,0 +1,126 @@
+"""What a fit reports on real input patterns, against the TF profiler:
+causes that point at the right fix, Keras's end-of-data call, and
+compilations outside the fit."""
+
+import warnings
+
+import keras
+import numpy as np
+import tensorflow as tf
+from conftest import conv_model, regression_data
+
+from keras_xla import XLATuner
+
+
+def fit(model, data, tuner, **kwargs):
+    kwargs.setdefault("verbose", 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return model.fit(data, callbacks=[tuner], **kwargs)
+
+
+def text_model():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((None,), dtype="int64"),
+            keras.layers.Embedding(50, 8),
+            keras.layers.GlobalAveragePooling1D(),
+            keras.layers.Dense(1, activation="sigmoid"),
+        ]
+    )
+    model.compile("adam", "binary_crossentropy")
+    return model
+
+
+def padded_text(lengths, batch_size):
+    rng = np.random.default_rng(0)
+    seqs = [rng.integers(1, 50, size=n) for n in lengths]
+    ds = tf.data.Dataset.from_generator(
+        lambda: ((s, np.float32(len(s) % 2)) for s in seqs),
+        output_signature=(
+            tf.TensorSpec([None], tf.int64),
+            tf.TensorSpec([], tf.float32),
+        ),
+    )
+    return ds.padded_batch(batch_size)
+
+
+def test_short_padded_last_batch_is_a_partial_batch(profiled):
+    # Batches of 4 padded to 9, 9, then a last batch of 2 padded to 3.
+    lengths = [9, 2, 3, 4, 5, 9, 1, 2, 3, 1]
+    model, tuner = text_model(), XLATuner(verbose=0, analyze_hlo=False)
+    with profiled() as events:
+        fit(model, padded_text(lengths, 4), tuner, epochs=1)
+    report = tuner.report
+    assert report.total_compilations == len(events) == 2
+    (recompilation,) = report.recompilations
+    assert recompilation.cause == "partial_batch"
+    assert (recompilation.before, recompilation.after) == ([4, 9], [2, 3])
+    causes = {(c["input"], c["dim"], c["cause"]) for c in recompilation.changes}
+    assert ("x", 0, "partial_batch") in causes
+    assert ("x", 1, "dynamic_dim") in causes
+    codes = report.finding_codes()
+    assert "partial-last-batch" in codes and "dynamic-dimension" in codes
+    assert "batch-size-change" not in codes
+
+
+def generator_data(n, batch_size):
+    x, y = regression_data(n)
+    ds = tf.data.Dataset.from_generator(
+        lambda: zip(x, y),
+        output_signature=(
+            tf.TensorSpec([16, 4], tf.float32),
+            tf.TensorSpec([1], tf.float32),
+        ),
+    )
+    return ds.batch(batch_size)
+
+
+def test_unknown_cardinality_end_of_data_call_is_not_a_step(profiled):
+    # 18 examples in batches of 4: five batches, the last one of 2.
+    model, tuner = conv_model(), XLATuner(verbose=0, analyze_hlo=False)
+    with profiled() as events:
+        fit(model, generator_data(18, 4), tuner, epochs=2)
+    report = tuner.report
+    assert [e.steps for e in report.epochs] == [5, 5]
+    assert int(model.optimizer.iterations.numpy()) == 10
+    assert report.total_compilations == len(events) == 2
+    (recompilation,) = report.recompilations
+    assert (recompilation.cause, recompilation.step) == ("partial_batch", 4)
+    assert "batch-size-change" not in report.finding_codes()
+    # The steady figures hold only real steps: examples/s agrees with
+    # the batch over the median step.
+    second = report.epochs[1]
+    median_s = second.step_time_ms["median"] / 1000.0
+    assert second.examples_per_second < 2.5 * 4 / median_s
+
+
+def test_evaluate_between_fits_is_not_booked_to_the_next_fit(profiled):
+    x, y = regression_data(32)
+    model = conv_model()
+    tuner = XLATuner(verbose=0, analyze_hlo=False)
+    fit(model, tf.data.Dataset.from_tensor_slices((x, y)).batch(16), tuner)
+    with profiled() as outside:
+        model.evaluate(x[:20], y[:20], batch_size=8, verbose=0)
+    with profiled() as second:
+        fit(
+            model,
+            tf.data.Dataset.from_tensor_slices((x, y)).batch(16),
+            tuner,
+            validation_data=(x[:20], y[:20]),
+            validation_batch_size=8,
+        )
+    report = tuner.report
+    # evaluate compiled the test step for batches of 8 and 4; the second
+    # fit's validation reuses both and its train step was compiled by the
+    # first fit.
+    assert len(outside) == 2 and len(second) == 0
+    assert report.total_compilations == 0
+    assert [c["function"] for c in report.outside_compilations] == [
+        "test",
+        "test",
+    ]
+    shapes = [c["shapes"]["x"][0] for c in report.outside_compilations]
+    assert shapes == [8, 4]
+    assert report.outside_compilations[0]["found"] == "before the fit"
