@@ -6,7 +6,13 @@ stdlib-only report module load without starting TensorFlow.
 
 import importlib
 
+from keras_xla.tf_backend import compile_ledger as _compile_ledger
+
 __version__ = "0.1.0"
+
+# Before TensorFlow reads TF_XLA_FLAGS (at its first op): record XLA's
+# compilations, so the HLO analysis costs none (see compile_ledger).
+_compile_ledger.install()
 
 _EXPORTS = {
     "XLAModel": "keras_xla.model",

@@ -29,7 +29,10 @@ from keras_xla.tf_backend import jit as jit_lib
 from keras_xla.tf_backend import precision as precision_lib
 from keras_xla.tf_backend import unsupported as unsupported_lib
 from keras_xla.tf_backend.alignment import tensor_core_misalignment
-from keras_xla.tf_backend.hlo_analysis import analyze_train_step
+from keras_xla.tf_backend.hlo_analysis import (
+    HloUnavailable,
+    analyze_train_step,
+)
 from keras_xla.tf_backend.profiler import ProfileWindow
 from keras_xla.tf_backend.step_functions import StepFunctions
 from keras_xla.tf_backend.summaries import SummaryWriter, write_epoch
@@ -328,8 +331,19 @@ class FitRun:
                 variant.hlo_results if variant else {},
                 stats.epoch,
                 stats.step_time_ms["median"],
+                self.report.compile_log,
+                s.analyze_hlo,
                 s.peak_flops,
                 s.log_dir,
+            )
+        except HloUnavailable as why:
+            self.book.add(
+                codes.HLO_ANALYSIS_OFF,
+                f"The HLO analysis is off in this fit: {why}; it never "
+                "compiles the step again on its own.",
+                "Import keras_xla before TensorFlow runs its first op, or "
+                "pass XLATuner(analyze_hlo='compile') to pay one more "
+                "compilation for it.",
             )
         except Exception as error:  # noqa: BLE001 - never stop training
             logger.exception("keras_xla: HLO analysis failed")

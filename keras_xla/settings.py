@@ -26,8 +26,8 @@ class Settings:
     strict: bool
     verbose: int
     on_unsupported: str
-    analyze_hlo: bool
-    peak_flops: float | None
+    analyze_hlo: bool | str
+    peak_flops: float | str | None
     profile_steps: tuple[int, int] | None
     mixed_precision: str | None
     trial_budget: float | int
@@ -40,6 +40,8 @@ def check_arguments(
     jit_compile: Any,
     verbose: Any,
     on_unsupported: Any,
+    analyze_hlo: Any,
+    peak_flops: Any,
     profile_steps: Any,
     mixed_precision: Any,
     trial_budget: Any,
@@ -54,6 +56,7 @@ def check_arguments(
         ("jit_compile", jit_compile, (*jit_lib.JIT_CHOICES, "auto")),
         ("verbose", verbose, (0, 1)),
         ("on_unsupported", on_unsupported, UNSUPPORTED_CHOICES),
+        ("analyze_hlo", analyze_hlo, (True, False, "compile")),
     ):
         if value not in choices or isinstance(value, float):
             raise ValueError(
@@ -63,6 +66,18 @@ def check_arguments(
     if profile_steps is not None and log_dir is None:
         raise ValueError(
             f"`XLATuner(profile_steps={profile_steps!r})` needs a log_dir."
+        )
+    number = isinstance(peak_flops, (int, float)) and not isinstance(
+        peak_flops, bool
+    )
+    if not (
+        peak_flops is None
+        or peak_flops == "measure"
+        or (number and peak_flops > 0)
+    ):
+        raise ValueError(
+            f"Unsupported value `XLATuner(peak_flops={peak_flops!r})`: pass "
+            "the peak FLOP/s (a number > 0), 'measure' or None."
         )
     validate_budget(trial_budget)
     if mixed_precision not in (None, AUTO):

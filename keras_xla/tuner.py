@@ -92,12 +92,19 @@ class XLATuner(keras.callbacks.Callback):
             `unsupported-op` finding (op, layer, source line) and trains on
             without XLA; `"raise"` raises `XLAUnsupportedOpError`.
             Defaults to `"fallback"`.
-        analyze_hlo: After the first epoch, analyze the train step's
-            optimized HLO for that epoch's shapes (`report.hlo`, text under
-            `<log_dir>/hlo/`); the extra lowering's seconds are reported.
+        analyze_hlo: After the first epoch, analyze the optimized HLO of
+            the train step XLA compiled for that epoch's shapes
+            (`report.hlo`, the module under `<log_dir>/hlo/`), read from
+            XLA's own record of its compilations: no compilation is
+            added, and where there is no record the report says why
+            (`hlo-analysis-off`). `"compile"` compiles the step once more
+            for it instead (and writes HLO text); `False` skips it.
             Defaults to `True`.
-        peak_flops: Peak FLOP/s for the utilization figure; `None` measures
-            it with a short matmul probe. Defaults to `None`.
+        peak_flops: Peak FLOP/s for the utilization figure. `None` uses
+            the peak measured earlier on this machine (`keras-xla doctor`
+            measures and keeps it), else leaves utilization out;
+            `"measure"` measures it now with a short matmul probe (one
+            small compilation, kept on disk). Defaults to `None`.
         profile_steps: `(start, stop)` global train steps to trace into
             `<log_dir>/plugins/profile/` (TensorBoard's Profile tab), with
             the trace's compile events in `report.profile`. Defaults to
@@ -134,8 +141,8 @@ class XLATuner(keras.callbacks.Callback):
         verbose: int = 1,
         compile_cache: str | os.PathLike | None = None,
         on_unsupported: str = "fallback",
-        analyze_hlo: bool = True,
-        peak_flops: float | None = None,
+        analyze_hlo: bool | str = True,
+        peak_flops: float | str | None = None,
         profile_steps: tuple[int, int] | None = None,
         mixed_precision: str | None = None,
         trial_budget: float | int = 0.25,
@@ -146,6 +153,8 @@ class XLATuner(keras.callbacks.Callback):
             jit_compile=jit_compile,
             verbose=verbose,
             on_unsupported=on_unsupported,
+            analyze_hlo=analyze_hlo,
+            peak_flops=peak_flops,
             profile_steps=profile_steps,
             mixed_precision=mixed_precision,
             trial_budget=trial_budget,
@@ -153,7 +162,7 @@ class XLATuner(keras.callbacks.Callback):
         self.strict = bool(strict)
         self.log_dir = os.fspath(log_dir) if log_dir is not None else None
         self.on_unsupported = on_unsupported
-        self.analyze_hlo = bool(analyze_hlo)
+        self.analyze_hlo = analyze_hlo
         self.peak_flops = peak_flops
         self.profile_steps = tuple(profile_steps) if profile_steps else None
         self.trial_budget = trial_budget

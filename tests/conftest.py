@@ -62,3 +62,13 @@ def regression_data(n, seed=0):
     x = rng.random((n, 16, 4), dtype=np.float32)
     y = rng.random((n, 1), dtype=np.float32)
     return x, y
+
+
+def pytest_configure(config):
+    # What keras_xla keeps per machine (the measured peak FLOP/s) goes to
+    # a folder of this test session, not the user's cache.
+    import tempfile
+
+    os.environ.setdefault(
+        "KERAS_XLA_CACHE_DIR", tempfile.mkdtemp(prefix="keras_xla_tests_")
+    )

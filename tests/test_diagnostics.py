@@ -160,8 +160,80 @@ def test_hlo_statistics_after_first_epoch(tmp_path):
         6144 / median_s / 1e12, rel=1e-3
     )
     assert hlo["analysis_seconds"] > 0
-    with open(hlo["text"]) as f:
+    # The module XLA compiled and ran, read from its own record.
+    assert hlo["source"] == "compile ledger" and hlo["text"] is None
+    from tensorflow.compiler.xla.service import hlo_pb2
+
+    with open(hlo["module"], "rb") as f:
+        module = hlo_pb2.HloModuleProto.FromString(f.read())
+    fusions = sum(
+        i.opcode == "fusion"
+        for c in module.computations
+        if c.id == module.entry_computation_id
+        for i in c.instructions
+    )
+    assert fusions == hlo["fusions"] > 0
+
+
+def test_hlo_analysis_adds_no_compilation(profiled, tmp_path):
+    x = np.ones((64, 6), "float32")
+    y = np.ones((64, 4), "float32")
+    counts = {}
+    for analyze in (False, True, "compile"):
+        tuner = XLATuner(
+            log_dir=str(tmp_path / str(analyze)),
+            verbose=0,
+            analyze_hlo=analyze,
+            peak_flops=1e11,
+        )
+        with profiled() as events:
+            dense_model().fit(
+                x, y, batch_size=16, epochs=2, verbose=0, callbacks=[tuner]
+            )
+        counts[analyze] = len(events)
+        assert tuner.report.total_compilations == 1
+        if analyze:
+            assert tuner.report.hlo["flops_per_step"] == 6144
+    assert counts[True] == counts[False] == 1
+    # Compiling again costs two more: the optimized module and its text.
+    assert counts["compile"] == 3
+    with open(tuner.report.hlo["text"]) as f:
         assert f.read().startswith("HloModule")
+
+
+def test_hlo_analysis_of_an_x_only_model_and_a_second_fit():
+    class Autoencoder(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(6)
+
+        def call(self, x):
+            return self.dense(x)
+
+        def train_step(self, data):
+            x = data
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean((self(x, training=True) - x) ** 2)
+            grads = tape.gradient(loss, self.trainable_weights)
+            self.optimizer.apply_gradients(zip(grads, self.trainable_weights))
+            return {"loss": loss}
+
+    keras.utils.set_random_seed(0)
+    model = Autoencoder()
+    model.compile("sgd")
+    x = np.ones((40, 6), "float32")  # batches of 16, 16, 8
+    tuner = XLATuner(verbose=0, peak_flops=1e11)
+    for _ in range(2):  # the second fit compiles nothing
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.fit(x, batch_size=16, epochs=1, verbose=0, callbacks=[tuner])
+        codes = tuner.report.finding_codes()
+        assert "hlo-analysis-failed" not in codes
+        hlo = tuner.report.hlo
+        # Forward x@W (2*16*6*6), its gradient dW (same): the full batch,
+        # not the short last one.
+        assert hlo["shapes"] == {"x": [16, 6]}
+        assert hlo["flops_per_step"] == 2 * (2 * 16 * 6 * 6)
 
 
 def test_profile_window_matches_the_tuners_count(tmp_path):

@@ -72,6 +72,7 @@ MISSING_XLA_FLAGS_FILE = "missing-xla-flags-file"
 COMPILE_CACHE_INACTIVE = "compile-cache-inactive"
 PROFILER_BUSY = "profiler-busy"
 HLO_ANALYSIS_FAILED = "hlo-analysis-failed"
+HLO_ANALYSIS_OFF = "hlo-analysis-off"
 TRIAL_SKIPPED = "trial-skipped"
 TUNER_ERROR = "tuner-error"
 
@@ -108,6 +109,7 @@ CODES: dict[str, Code] = _table(
     (COMPILE_CACHE_INACTIVE, "warning", "the compile cache flag came late"),
     (PROFILER_BUSY, "info", "the profiler window could not run"),
     (HLO_ANALYSIS_FAILED, "info", "the HLO analysis failed"),
+    (HLO_ANALYSIS_OFF, "info", "no free source of the step's HLO"),
     (TRIAL_SKIPPED, "warning", "the XLA/precision trial did not decide"),
     (TUNER_ERROR, "error", "the tuner failed; training went on"),
 )

@@ -155,7 +155,12 @@ class CompileCacheSection(Section):
 
 @dataclasses.dataclass
 class HloSection(Section):
-    """The optimized HLO of the train step for one steady signature."""
+    """The optimized HLO of the train step for one steady signature.
+
+    `source` is where the module came from (`"compile ledger"`: the one
+    XLA ran, at no cost; `"compiled again"`), `module` the path of the
+    saved `HloModuleProto`, `text` of the HLO text (compiled again only).
+    """
 
     epoch: int
     shapes: dict
@@ -171,6 +176,8 @@ class HloSection(Section):
     peak_tflops: float | None
     utilization: float | None
     text: str | None = None
+    module: str | None = None
+    source: str | None = None
 
 
 @dataclasses.dataclass

@@ -164,12 +164,18 @@ def estimate_compile_seconds(
 
 
 def steady_signature(records: Sequence[StepRecord]):
-    """Replica 0's signature of the last step that did not compile, else
-    of the last step; None without signatures."""
-    steps = [s for r in records for s in r.signatures]
-    steady = [step for r in records if not r.new for step in r.signatures]
-    chosen = steady or steps
-    return chosen[-1][0] if chosen else None
+    """Replica 0's signature that most steps ran among the steps that did
+    not compile (the latest of a tie; else among all steps): the shapes
+    the run spends its time on, not a short last batch. None without
+    signatures."""
+    steady = [step[0] for r in records if not r.new for step in r.signatures]
+    pool = steady or [step[0] for r in records for step in r.signatures]
+    if not pool:
+        return None
+    counts: dict = {}
+    for position, sig in enumerate(pool):
+        counts[sig] = (counts.get(sig, (0, 0))[0] + 1, position)
+    return max(counts, key=counts.get)
 
 
 def attach_steps(

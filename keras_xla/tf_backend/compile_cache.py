@@ -16,10 +16,10 @@ keep compiled executables on disk when `TF_XLA_FLAGS` holds
 - Sharing: a directory readable and writable by several processes serves
   them all, e.g. the workers of a multi-worker run or parallel trials.
 
-TensorFlow reads `TF_XLA_FLAGS` once, at the first XLA compilation of the
-process. Setting it later, even after `import tensorflow`, works until then;
-after it the flag silently does nothing. `enable_compile_cache()` therefore
-checks with a tiny canary compilation that entries really appear.
+TensorFlow reads `TF_XLA_FLAGS` once, when it first lists devices (at its
+first op). Setting it later, even after `import tensorflow`, works until
+then; after it the flag silently does nothing. `enable_compile_cache()`
+therefore checks with a tiny canary compilation that entries appear.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import os
 import statistics
 
 from keras_xla.core.report import CompileCacheSection
+from keras_xla.tf_backend import compile_ledger
 
 CACHE_FLAG = "tf_xla_persistent_cache_directory"
 ENTRY_PATTERN = "xla_compile_cache__*.pb"
@@ -79,7 +80,7 @@ def clear_compile_cache(directory: str) -> int:
 def enable_compile_cache(directory: str, verify: bool = True) -> CacheStatus:
     """Turns on XLA's persistent compile cache for this process.
 
-    Call it before the first XLA compilation of the process (before the
+    Call it before TensorFlow's first op in the process (before the
     first `fit` with XLA). It sets the flag in `TF_XLA_FLAGS`, keeping the
     user's other flags, then (with `verify=True`) compiles a tiny canary
     function and checks that a cache entry appears; the canary's entry is
@@ -102,8 +103,9 @@ def enable_compile_cache(directory: str, verify: bool = True) -> CacheStatus:
 
     directory = os.path.abspath(os.fspath(directory))
     os.makedirs(directory, exist_ok=True)
+    previous = os.environ.get("TF_XLA_FLAGS")
     os.environ["TF_XLA_FLAGS"] = with_flag(
-        os.environ.get("TF_XLA_FLAGS", ""), CACHE_FLAG, directory
+        previous or "", CACHE_FLAG, directory
     )
     existing = len(cache_entries(directory))
     if not verify:
@@ -112,19 +114,25 @@ def enable_compile_cache(directory: str, verify: bool = True) -> CacheStatus:
         )
     active = _canary_writes_entry(directory)
     if active:
+        compile_ledger.use_directory(directory)
         message = (
             f"XLA persistent compile cache active in {directory} "
             f"({existing} entries found)."
         )
     else:
         message = (
-            "The XLA compile cache flag came too late: XLA had already "
-            "compiled in this process, and TensorFlow reads TF_XLA_FLAGS "
-            "only at its first compilation. Construct XLATuner(compile_"
-            "cache=...) or call keras_xla.enable_compile_cache() before the "
-            "first XLA compilation, or set TF_XLA_FLAGS before starting "
-            "Python."
+            "The XLA compile cache flag came too late: TensorFlow reads "
+            "TF_XLA_FLAGS once, at its first op, and had run one already "
+            "in this process. Construct XLATuner(compile_cache=...) or call "
+            "keras_xla.enable_compile_cache() before building the model, "
+            "or set TF_XLA_FLAGS before starting Python."
         )
+        # The flag is not in force: leave the variable as TensorFlow read
+        # it, so it does not claim a cache this process does not have.
+        if previous is None:
+            del os.environ["TF_XLA_FLAGS"]
+        else:
+            os.environ["TF_XLA_FLAGS"] = previous
     return CacheStatus(directory, active, existing, message)
 
 

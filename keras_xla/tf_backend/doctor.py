@@ -14,8 +14,9 @@ import sys
 import time
 from typing import Any
 
+from keras_xla.tf_backend import compile_ledger, hardware
 from keras_xla.tf_backend import flags as flags_lib
-from keras_xla.tf_backend import hardware
+from keras_xla.tf_backend import flops as flops_lib
 
 # CPU flags (as /proc/cpuinfo names them) that decide XLA's CPU code
 # generation and whether bfloat16 math is native.
@@ -47,6 +48,8 @@ DOCTOR_LABELS = {
     "XLA_FLAGS": "XLA_FLAGS",
     "deterministic_ops": "Deterministic ops",
     "smoke_compile": "Smoke compile",
+    "peak_tflops": "Peak TFLOP/s (f32)",
+    "compile_ledger": "Compile ledger",
 }
 RECOMPILATION_HEADER = tuple(
     "function|epoch|step|input|dim|before -> after|cause|seconds".split("|")
@@ -99,6 +102,14 @@ def _op_determinism() -> bool | None:
         return None
 
 
+def _ledger_text() -> str:
+    ledger = compile_ledger.status()
+    if ledger.directory is None:
+        return f"off: {ledger.reason}"
+    owner = "this process's" if ledger.owned else "the compile cache"
+    return f"{ledger.directory} ({owner})"
+
+
 def _runtime(skip_compile: bool) -> dict[str, Any]:
     import keras
     import tensorflow as tf
@@ -121,10 +132,16 @@ def _runtime(skip_compile: bool) -> dict[str, Any]:
         "cpu_features_absent": features["absent"],
         "deterministic_ops": _op_determinism(),
         "smoke_compile": {"skipped": "bad XLA flags would abort the process"},
+        "peak_tflops": None,
+        "compile_ledger": _ledger_text(),
     }
     if not skip_compile:
         try:
             info["smoke_compile"] = _smoke_compile()
+            # Measured once per machine and kept: XLATuner's utilization
+            # figure reads it without compiling anything.
+            peak = flops_lib.measured_peak_flops("float32")
+            info["peak_tflops"] = round(peak / 1e12, 4)
         except Exception as error:  # noqa: BLE001 - keep the doctor alive.
             info["smoke_compile"] = {"error": repr(error)}
     return info
@@ -137,7 +154,7 @@ def collect_diagnosis() -> dict[str, Any]:
     with a problem is unset while the runtime checks run (TensorFlow
     would abort on it) and restored after; the smoke compile is skipped.
     """
-    values = {v: os.environ.get(v) for v in flags_lib.VARIABLES}
+    values = compile_ledger.user_environment()
     flag_problems = flags_lib.check_flags()
     unset = sorted({p.variable for p in flag_problems})
     for variable in unset:

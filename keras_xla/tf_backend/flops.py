@@ -8,10 +8,14 @@ step's dtype) a utilization figure.
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import platform
 import time
 from typing import Any
 
+from keras_xla.tf_backend import hardware
 from keras_xla.tf_backend.hlo import HloStats
 
 
@@ -71,11 +75,62 @@ def measure_peak_flops(
     return 2 * size**3 * matmuls / best
 
 
-_MEASURED_PEAKS: dict[str, float] = {}
+PEAKS_FILE = "peak_flops.json"
+
+
+def cache_directory() -> str:
+    """Where keras_xla keeps what it measured on this machine:
+    `KERAS_XLA_CACHE_DIR`, else `$XDG_CACHE_HOME/keras_xla` (or
+    `~/.cache/keras_xla`)."""
+    explicit = os.environ.get("KERAS_XLA_CACHE_DIR")
+    if explicit:
+        return explicit
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".cache"
+    )
+    return os.path.join(base, "keras_xla")
+
+
+def machine_key(dtype: str) -> str:
+    """What a measured peak is valid for: processor, devices, TensorFlow
+    and the dtype."""
+    import tensorflow as tf
+
+    devices = ",".join(d.name for d in tf.config.list_logical_devices())
+    model = hardware.cpu_model() or platform.machine()
+    return f"{model}|{devices}|tf {tf.__version__}|{dtype}"
+
+
+def known_peak_flops(dtype: str = "float32") -> float | None:
+    """The peak measured earlier on this machine for `dtype`, or None.
+    Reading it costs no compilation."""
+    return _read_peaks().get(machine_key(dtype))
 
 
 def measured_peak_flops(dtype: str = "float32") -> float:
-    """`measure_peak_flops(dtype)`, measured once per process and dtype."""
-    if dtype not in _MEASURED_PEAKS:
-        _MEASURED_PEAKS[dtype] = measure_peak_flops(dtype)
-    return _MEASURED_PEAKS[dtype]
+    """`measure_peak_flops(dtype)` (one small compilation), kept on disk
+    for this machine, so later runs and processes read it for free."""
+    key = machine_key(dtype)
+    peaks = _read_peaks()
+    if key not in peaks:
+        peaks[key] = measure_peak_flops(dtype)
+        try:
+            path = os.path.join(cache_directory(), PEAKS_FILE)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(peaks, f, indent=1, sort_keys=True)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # kept for this process only
+    return peaks[key]
+
+
+def _read_peaks() -> dict:
+    path = os.path.join(cache_directory(), PEAKS_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -26,17 +26,27 @@ class DeviceInfo:
     compute_capability: tuple[int, int] | None = None
 
 
-def cpu_flags(path: str = PROC_CPUINFO) -> frozenset[str]:
-    """The CPU feature flags from /proc/cpuinfo; empty when unreadable."""
+def _cpuinfo_field(path: str, keys: tuple[str, ...]) -> str | None:
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             for line in f:
                 key, _, value = line.partition(":")
-                if key.strip().lower() in ("flags", "features"):
-                    return frozenset(value.lower().split())
+                if key.strip().lower() in keys:
+                    return value.strip()
     except OSError:
         pass
-    return frozenset()
+    return None
+
+
+def cpu_flags(path: str = PROC_CPUINFO) -> frozenset[str]:
+    """The CPU feature flags from /proc/cpuinfo; empty when unreadable."""
+    value = _cpuinfo_field(path, ("flags", "features"))
+    return frozenset(value.lower().split()) if value else frozenset()
+
+
+def cpu_model(path: str = PROC_CPUINFO) -> str | None:
+    """The processor's model name from /proc/cpuinfo, if readable."""
+    return _cpuinfo_field(path, ("model name",))
 
 
 def describe_devices(devices: Iterable[Any] | None = None) -> list[DeviceInfo]:

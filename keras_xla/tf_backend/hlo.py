@@ -189,19 +189,25 @@ def _known_trip_count(instruction: hlo_pb2.HloInstructionProto) -> int | None:
 def _kernels(module: hlo_pb2.HloModuleProto) -> tuple[list[_Kernel], int]:
     """The kernels of a module and the number of loops of unknown length."""
     computations = {c.id: c for c in module.computations}
+    # Operands by id within their computation. A module XLA serialized
+    # with its executable numbers instructions (computation << 32 | local)
+    # but may name operands by the local part alone.
     shapes = {
-        i.id: i.shape for c in computations.values() for i in c.instructions
+        (c.id, key): i.shape
+        for c in computations.values()
+        for i in c.instructions
+        for key in (i.id, i.id & 0xFFFFFFFF)
     }
     kernels: list[_Kernel] = []
     unknown = 0
 
-    def fused_ops(computation_id: int) -> list[hlo_pb2.HloInstructionProto]:
+    def fused_ops(computation_id: int) -> list[tuple[int, Any]]:
         ops = []
         for inst in computations[computation_id].instructions:
             if inst.opcode == "fusion":
                 ops.extend(fused_ops(inst.called_computation_ids[0]))
             elif inst.opcode not in NO_OP_OPCODES:
-                ops.append(inst)
+                ops.append((computation_id, inst))
         return ops
 
     def visit(computation_id: int, times: int) -> None:
@@ -218,13 +224,19 @@ def _kernels(module: hlo_pb2.HloModuleProto) -> tuple[list[_Kernel], int]:
                     visit(computation_id, times)
             elif inst.opcode not in NO_OP_OPCODES:
                 ops = (
-                    fused_ops(called[0]) if inst.opcode == "fusion" else [inst]
+                    fused_ops(called[0])
+                    if inst.opcode == "fusion"
+                    else [(computation_id, inst)]
                 )
                 flops = sum(
-                    instruction_flops(op, [shapes[i] for i in op.operand_ids])
-                    for op in ops
+                    instruction_flops(
+                        op, [shapes[where, i] for i in op.operand_ids]
+                    )
+                    for where, op in ops
                 )
-                kernels.append(_Kernel(inst, tuple(ops), times, flops))
+                kernels.append(
+                    _Kernel(inst, tuple(op for _, op in ops), times, flops)
+                )
 
     visit(module.entry_computation_id, 1)
     return kernels, unknown

@@ -2,9 +2,15 @@
 
 After the first epoch, the optimized HLO of the train step for the epoch's
 real batch shapes gives kernels per step, fusion ratio, converts and
-FLOPs, and so achieved FLOP/s and utilization (`report.hlo`). The result
-is computed once per step function and signature, and kept with the step
-function, so a later fit with the same shapes reuses it.
+FLOPs, and so achieved FLOP/s and utilization (`report.hlo`).
+
+By default the module is the one XLA already compiled and ran, read from
+the compile ledger (`compile_ledger`): the analysis adds no compilation.
+Where there is no ledger entry for the step, the analysis is off and
+`HloUnavailable` says why. `analyze_hlo="compile"` asks XLA to optimize
+the step once more instead (a full compilation, and one more for the
+text dump). A result is kept per step function and signature, so a later
+fit with the same shapes reuses it.
 """
 
 from __future__ import annotations
@@ -15,10 +21,16 @@ from typing import Any
 
 from keras_xla.core.report import HloSection
 from keras_xla.core.signatures import Signature
+from keras_xla.tf_backend import compile_ledger
 from keras_xla.tf_backend import flops as flops_lib
 from keras_xla.tf_backend import hlo as hlo_lib
 
 HLO_TEXT = os.path.join("hlo", "train_step.optimized.txt")
+HLO_MODULE = os.path.join("hlo", "train_step.optimized.hlo.pb")
+
+
+class HloUnavailable(Exception):
+    """No free source of the train step's optimized HLO (the reason)."""
 
 
 def analyze_train_step(
@@ -27,7 +39,9 @@ def analyze_train_step(
     cache: dict,
     epoch: int,
     median_ms: float | None,
-    peak_flops: float | None = None,
+    compile_log: list,
+    mode: Any = True,
+    peak_flops: float | str | None = None,
     log_dir: str | None = None,
 ) -> HloSection:
     """The report's `hlo` section for `model`'s train step on
@@ -39,31 +53,53 @@ def analyze_train_step(
         cache: Results kept per signature (the step function's own).
         epoch: The epoch the signature comes from.
         median_ms: The epoch's median train step, for achieved FLOP/s.
-        peak_flops: The hardware's peak; None measures it (once per
-            process and dtype).
-        log_dir: Where the HLO text goes (`<log_dir>/hlo/`), if given.
+        compile_log: The fit's `Compilation`s (to find the ledger entry
+            of the step's compilation by its time).
+        mode: `True` (the ledger), or `"compile"` (compile again).
+        peak_flops: The hardware's peak FLOP/s; `None` uses the peak
+            measured earlier on this machine, if any; `"measure"`
+            measures it now (one small compilation, then kept on disk).
+        log_dir: Where the optimized module goes (`<log_dir>/hlo/`).
+
+    Raises:
+        HloUnavailable: With the reason, when no free source exists.
     """
     start = time.perf_counter()
     step = getattr(model.train_step, "__wrapped__", model.train_step)
-    batch = None
+    written = None
     if signature.tensors not in cache:
-        batch = batch_from_signature(signature)
-        cache[signature.tensors] = hlo_lib.analyze_function(step, batch)
+        if mode == "compile":
+            batch = batch_from_signature(signature)
+            result = hlo_lib.analyze_function(step, batch)
+            if log_dir:
+                text = hlo_lib.compiler_ir(step, batch, stage="optimized_hlo")
+                path = os.path.join(log_dir, HLO_TEXT)
+                written = hlo_lib.write_hlo_text(path, text)
+        else:
+            unoptimized, optimized = _ledger_modules(signature, compile_log)
+            result = hlo_lib.analyze(
+                hlo_lib.parse_hlo_module(optimized),
+                hlo_lib.parse_hlo_module(unoptimized),
+            )
+            if log_dir:
+                written = _write(os.path.join(log_dir, HLO_MODULE), optimized)
+        cache[signature.tensors] = result
     result = cache[signature.tensors]
-    seconds = time.perf_counter() - start
     achieved = (
         flops_lib.achieved_flops(result, median_ms / 1000.0)
         if median_ms
         else None
     )
+    dtype = getattr(model.dtype_policy, "compute_dtype", "float32")
     peak = peak_flops
-    if peak is None and achieved is not None:
-        dtype = getattr(model.dtype_policy, "compute_dtype", "float32")
+    if peak == "measure":
         peak = flops_lib.measured_peak_flops(dtype)
-    section = HloSection(
+    elif peak is None:
+        peak = flops_lib.known_peak_flops(dtype)
+    return HloSection(
         epoch=epoch,
         shapes={t.path: list(t.shape) for t in signature.tensors},
-        analysis_seconds=round(seconds, 3),
+        analysis_seconds=round(time.perf_counter() - start, 3),
         kernels_per_step=result.kernels_per_step,
         fusions=result.fusions,
         fusion_ratio=round(result.fusion_ratio, 4),
@@ -80,13 +116,45 @@ def analyze_train_step(
             if achieved and peak
             else None
         ),
+        text=written if mode == "compile" else None,
+        module=written if mode != "compile" else None,
+        source="compiled again" if mode == "compile" else "compile ledger",
     )
-    if log_dir and batch is not None:
-        text = hlo_lib.compiler_ir(step, batch, stage="optimized_hlo")
-        section.text = hlo_lib.write_hlo_text(
-            os.path.join(log_dir, HLO_TEXT), text
+
+
+def _ledger_modules(signature: Signature, compile_log) -> tuple[bytes, bytes]:
+    """The `(unoptimized, optimized)` modules of the train step's
+    compilation for `signature` in this fit, from the ledger."""
+    ledger = compile_ledger.status()
+    if ledger.directory is None:
+        raise HloUnavailable(ledger.reason)
+    shapes = {t.path: list(t.shape) for t in signature.tensors}
+    compiled = [
+        c for c in compile_log if c.function == "train" and c.shapes == shapes
+    ]
+    if not compiled:
+        raise HloUnavailable(
+            f"the train step for {shapes} compiled before this fit"
         )
-    return section
+    c = compiled[-1]
+    paths = compile_ledger.entries_between(
+        ledger.directory, c.started_at, c.finished_at
+    )
+    if not paths:
+        raise HloUnavailable(
+            "XLA wrote no cache entry when the train step compiled (it was "
+            "loaded from the persistent compile cache)"
+        )
+    # The call may also have compiled other clusters; the train step's
+    # module is the largest entry.
+    return compile_ledger.read_modules(max(paths, key=os.path.getsize))
+
+
+def _write(path: str, data: bytes) -> str:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
 
 
 def batch_from_signature(signature: Signature) -> tuple:
