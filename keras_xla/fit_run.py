@@ -10,34 +10,29 @@ epoch statistics -> report -> summaries.
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
 from keras_xla import trial_runner
 from keras_xla.core import findings as codes
 from keras_xla.core import lints, render
+from keras_xla.core import report as report_lib
 from keras_xla.core.accounting import Accountant
 from keras_xla.core.findings import FindingBook
-from keras_xla.core.report import EpochStats, JitInfo, XLAReport
 from keras_xla.core.timing import steady_signature
 from keras_xla.core.trial import AUTO
 from keras_xla.settings import Settings
-from keras_xla.step_log import StepLog
+from keras_xla.step_log import CLUSTERS, JIT, StepLog
+from keras_xla.tf_backend import autoclustering, compile_ledger
 from keras_xla.tf_backend import compile_cache as cache_lib
 from keras_xla.tf_backend import jit as jit_lib
 from keras_xla.tf_backend import precision as precision_lib
 from keras_xla.tf_backend import unsupported as unsupported_lib
 from keras_xla.tf_backend.alignment import tensor_core_misalignment
-from keras_xla.tf_backend.hlo_analysis import (
-    HloUnavailable,
-    analyze_train_step,
-)
+from keras_xla.tf_backend.hlo_analysis import analyze_or_explain
 from keras_xla.tf_backend.profiler import ProfileWindow
 from keras_xla.tf_backend.step_functions import StepFunctions
 from keras_xla.tf_backend.summaries import SummaryWriter, write_epoch
-
-logger = logging.getLogger(__name__)
 
 
 class FitRun:
@@ -61,25 +56,23 @@ class FitRun:
         self.settings = settings
         self.model = model
         self.params = params or {}
-        self.report = XLAReport()
+        self.report = report_lib.XLAReport()
         self.book = FindingBook(self.report.findings)
         self.accountant = Accountant(self.report, self.book)
         self.trial_result = previous_trial
         self.active = False
         self.jit_on = False
+        self._clustering = False
         self.functions: StepFunctions | None = None
         self.log: StepLog | None = None
         self.trial: trial_runner.TrialRunner | None = None
         self.window: ProfileWindow | None = None
-        self._train_calls = 0
         self._hlo_done = False
         self._decided = False  # a decision to write at epoch end
         self._cache_before: dict[str, float] = {}
         self.writer = (
             SummaryWriter(settings.log_dir) if settings.log_dir else None
         )
-
-    # Setup.
 
     def begin(self) -> None:
         s, model = self.settings, self.model
@@ -99,10 +92,14 @@ class FitRun:
             if s.strict and s.jit_compile is True:
                 raise ValueError(f"XLA cannot be enabled: {reason}. {fix}")
             self.book.add(code, f"XLA is off: {reason}.", fix)
-        self._report_setup()
+        for code, message, fix, place in s.setup_findings():
+            self.book.add(code, message, fix, place)
+        if s.cache_status is not None:
+            self.report.compile_cache = cache_lib.start_section(s.cache_status)
         self.jit_on = info.enabled
         if self.jit_on:
             self._preflight()
+        self._settle_clustering()
         native = getattr(model, "_keras_xla_native_probe", False)
         if native or jit_lib.replicas_in_sync(model) == 1:
             self.functions = StepFunctions.of(model)
@@ -111,24 +108,28 @@ class FitRun:
             self._start_trial(original, spe)
         if self.functions is not None:
             self._prepare_functions()
-        self.log = StepLog(spe, self.functions)
+        self.log = StepLog(
+            spe, self.functions, compile_ledger.status().directory
+        )
         self.active = True
-        self._drain("before the fit", "train", "test")
+        self._drain("before the fit")
 
-    def _report_setup(self) -> None:
-        """Findings for bad XLA flags; the compile cache's section."""
-        for p in self.settings.flag_problems:
-            fix = p.suggestion or "Remove the flag."
-            self.book.add(p.code, p.message, fix, (p.variable, p.flag))
-        status = self.settings.cache_status
-        if status is not None:
-            self.report.compile_cache = cache_lib.start_section(status)
-            if not status.active:
-                self.book.add(
-                    codes.COMPILE_CACHE_INACTIVE,
-                    status.message,
-                    cache_lib.INACTIVE_FIX,
-                )
+    @property
+    def counting(self) -> str | None:
+        """What counts as a compilation in this fit (`step_log.JIT`,
+        `step_log.CLUSTERS`) or None."""
+        if self.jit_on:
+            return JIT
+        return CLUSTERS if self._clustering else None
+
+    def _settle_clustering(self) -> None:
+        """Auto-clustering: asked for, on, and which mode wins."""
+        section, note, finding = autoclustering.settle(self.jit_on)
+        self.report.clustering = section
+        self._clustering = section.mode == CLUSTERS
+        self.report.jit.reason += note
+        if finding is not None:
+            self.book.add(*finding)
 
     def _prepare_functions(self, functions=("train", "test")) -> None:
         """(Re)builds the probed step functions if their configuration
@@ -181,18 +182,13 @@ class FitRun:
     # The trial.
 
     def _start_trial(self, original, spe: int) -> None:
-        s = self.settings
-        request = trial_runner.Request(
-            jit=s.jit_compile,
-            precision=s.mixed_precision,
-            budget=s.trial_budget,
-            xla_possible=self.jit_on,
-            epoch_steps=self.params.get("steps"),
-            steps_per_call=spe,
-            probed=self.functions is not None,
-        )
         outcome = trial_runner.plan(
-            self.model, request, original, self.trial_result
+            self.model,
+            self.settings.trial_request(
+                self.jit_on, self.params, spe, self.functions is not None
+            ),
+            original,
+            self.trial_result,
         )
         if isinstance(outcome, trial_runner.Settlement):
             self._settle(outcome)
@@ -201,19 +197,19 @@ class FitRun:
             self.jit_on = bool(self.model.jit_compile)
 
     def _trial_step(self, batch: int) -> None:
-        runner = self.trial
-        if runner.at_boundary():
-            records = self.log.collect("train", self.jit_on, batch)
-            if runner.close_window(records):
-                self._finish_trial()
-                return
-        if runner.advance(self.model):
-            self.jit_on = runner.active.jit
+        outcome = self.trial.before_call(
+            self.model,
+            lambda: self.log.collect("train", self.counting, batch),
+        )
+        if outcome == trial_runner.DONE:
+            self._finish_trial()
+        elif outcome == trial_runner.SWITCHED:
+            self.jit_on = self.trial.active.jit
             self._prepare_functions(("train",))
 
     def _finish_trial(self) -> None:
         runner, self.trial = self.trial, None
-        records = self.log.collect("train", self.jit_on)
+        records = self.log.collect("train", self.counting)
         self._settle(runner.finish(self.model, records))
         self._prepare_functions()
 
@@ -225,7 +221,7 @@ class FitRun:
             self.book.add(codes.TRIAL_SKIPPED, *settlement.skipped)
         if settlement.kept is not None:
             self.trial_result = (model, settlement.kept, settlement.decision)
-        self.report.jit = JitInfo(
+        self.report.jit = report_lib.JitInfo(
             self.settings.jit_compile, self.jit_on, settlement.jit_reason()
         )
         self.report.environment["policy"] = model.dtype_policy.name
@@ -238,31 +234,23 @@ class FitRun:
         if not self.active:
             return
         if self.trial is not None and function == "train":
-            self.log.close(self.jit_on, now)
+            self.log.close(self.counting, now)
             self._trial_step(batch)
         if self.settings.profile_steps is not None and function == "train":
             self._profile_step()
-        self.log.begin(function, batch, now, self.jit_on)
+        self.log.begin(function, batch, now, self.counting)
 
     # Epochs and validation runs.
 
-    def _drain(self, when: str, *functions: str) -> None:
+    def _drain(self, when: str) -> None:
         """Steps of the fit's functions that ran outside its own calls
         are set aside, their compilations reported as outside the fit."""
-        for function in functions:
-            for sig, replica in self.log.drain(function, self.jit_on):
-                self.report.outside_compilations.append(
-                    {
-                        "function": function,
-                        "shapes": {t.path: list(t.shape) for t in sig.tensors},
-                        "replica": replica,
-                        "found": when,
-                    }
-                )
+        found = self.log.drain(when, self.counting)
+        self.report.outside_compilations.extend(found)
 
     def epoch_begin(self, epoch: int) -> None:
         if self.active:
-            self._drain(f"before epoch {epoch}", "train", "test")
+            self._drain(f"before epoch {epoch}")
         self.accountant.start_epoch(epoch)
         status = self.settings.cache_status
         if status is not None:
@@ -272,30 +260,32 @@ class FitRun:
         if self.active:
             self._end_train_calls()
             epoch = self.accountant.epoch
-            self._drain(f"before validation of epoch {epoch}", "test")
+            self._drain(f"before validation of epoch {epoch}")
 
     def _end_train_calls(self) -> None:
         """Validation or the epoch's end: the train calls so far are
         collected, and the trial ends with them."""
-        self.log.close(self.jit_on)
-        self.log.collect("train", self.jit_on)
+        self.log.close(self.counting)
+        self.log.collect("train", self.counting)
         if self.trial is not None:
             self._finish_trial()
 
     def test_end(self) -> None:
         if not self.active:
             return
-        records = self.log.take("test", self.jit_on)
-        train_so_far = self.log.collect("train", self.jit_on)
+        records = self.log.take("test", self.counting)
+        train_so_far = self.log.collect("train", self.counting)
         self.accountant.finish_run("test", records, train_so_far)
 
     def epoch_end(self, epoch: int) -> None:
         if not self.active:
             return
         self._end_train_calls()
-        records = self.log.take("train", self.jit_on)
+        records = self.log.take("train", self.counting)
         stats = self.accountant.finish_epoch(records)
         stats.jit_compile = bool(self.jit_on)
+        if self._clustering:
+            self.report.clustering.clusters = dict(self.log.clusters)
         status = self.settings.cache_status
         if status is not None and status.active:
             hits_misses = cache_lib.label_epoch(
@@ -315,7 +305,7 @@ class FitRun:
             )
         self._write_epoch(stats)
 
-    def _analyze_hlo(self, stats: EpochStats, records: list) -> None:
+    def _analyze_hlo(self, stats: report_lib.EpochStats, records: list) -> None:
         s = self.settings
         if self._hlo_done or not s.analyze_hlo or not self.jit_on:
             return
@@ -324,36 +314,22 @@ class FitRun:
             return
         self._hlo_done = True
         variant = self.functions.active("train") if self.functions else None
-        try:
-            self.report.hlo = analyze_train_step(
-                self.model,
-                signature,
-                variant.hlo_results if variant else {},
-                stats.epoch,
-                stats.step_time_ms["median"],
-                self.report.compile_log,
-                s.analyze_hlo,
-                s.peak_flops,
-                s.log_dir,
-            )
-        except HloUnavailable as why:
-            self.book.add(
-                codes.HLO_ANALYSIS_OFF,
-                f"The HLO analysis is off in this fit: {why}; it never "
-                "compiles the step again on its own.",
-                "Import keras_xla before TensorFlow runs its first op, or "
-                "pass XLATuner(analyze_hlo='compile') to pay one more "
-                "compilation for it.",
-            )
-        except Exception as error:  # noqa: BLE001 - never stop training
-            logger.exception("keras_xla: HLO analysis failed")
-            self.book.add(
-                codes.HLO_ANALYSIS_FAILED,
-                f"HLO analysis failed: {type(error).__name__}: {error}",
-                "Pass XLATuner(analyze_hlo=False) to skip it.",
-            )
+        section, finding = analyze_or_explain(
+            self.model,
+            signature,
+            variant.hlo_results if variant else {},
+            stats.epoch,
+            stats.step_time_ms["median"],
+            self.report.compile_log,
+            s.analyze_hlo,
+            s.peak_flops,
+            s.log_dir,
+        )
+        self.report.hlo = section or self.report.hlo
+        if finding is not None:
+            self.book.add(*finding)
 
-    def _lint(self, stats: EpochStats, records: list) -> None:
+    def _lint(self, stats: report_lib.EpochStats, records: list) -> None:
         misaligned = []
         if stats.epoch == 0:
             signature = steady_signature(records)
@@ -377,32 +353,18 @@ class FitRun:
             self.window = ProfileWindow(
                 self.settings.log_dir, *self.settings.profile_steps
             )
-        index, self._train_calls = self._train_calls, self._train_calls + 1
-        if self.window.running and index > self.window.stop:
-            self._end_profile()
-        else:
-            self._profiler_error(self.window.begin_at(index))
+        self._apply_profile(*self.window.before_call(self.report.compile_log))
 
-    def _end_profile(self) -> None:
-        if self.window is not None and self.window.running:
-            error = self.window.end()
-            if not self._profiler_error(error):
-                log = self.report.compile_log
-                self.report.profile = self.window.section(log)
-
-    def _profiler_error(self, error: str | None) -> bool:
+    def _apply_profile(self, section, error: str) -> None:
+        if section is not None:
+            self.report.profile = section
         if error:
-            self.book.add(
-                codes.PROFILER_BUSY,
-                f"The profiler window could not run: {error}",
-                "Run one profiler at a time (keras.callbacks.TensorBoard("
-                "profile_batch=...) or XLATuner(profile_steps=...)).",
-            )
-        return bool(error)
+            message, fix = ProfileWindow.busy_finding(error)
+            self.book.add(codes.PROFILER_BUSY, message, fix)
 
     # Outputs.
 
-    def _write_epoch(self, stats: EpochStats) -> None:
+    def _write_epoch(self, stats: report_lib.EpochStats) -> None:
         if self.writer is not None:
             write_epoch(self.writer, stats, self.report, self._decided)
             self._decided = False
@@ -412,8 +374,9 @@ class FitRun:
         """Ends the fit; returns the summary text (None if inactive)."""
         if not self.active:
             return None
-        self.log.close(self.jit_on)
-        self._end_profile()
+        self.log.close(self.counting)
+        if self.window is not None:
+            self._apply_profile(*self.window.finish(self.report.compile_log))
         self.active = False
         if self.functions is not None:
             self.functions.unwrap(self.model)

@@ -10,6 +10,8 @@ import dataclasses
 import os
 from typing import Any
 
+from keras_xla import trial_runner
+from keras_xla.core import findings
 from keras_xla.core.trial import AUTO, validate_budget
 from keras_xla.tf_backend import compile_cache as cache_lib
 from keras_xla.tf_backend import jit as jit_lib
@@ -33,6 +35,44 @@ class Settings:
     trial_budget: float | int
     flag_problems: tuple = ()
     cache_status: cache_lib.CacheStatus | None = None
+
+    def setup_findings(self) -> list[tuple[str, str, str, tuple]]:
+        """`(code, message, fix, place)` for bad XLA flags and a compile
+        cache flag that came too late."""
+        out = [
+            (
+                p.code,
+                p.message,
+                p.suggestion or "Remove the flag.",
+                (p.variable, p.flag),
+            )
+            for p in self.flag_problems
+        ]
+        status = self.cache_status
+        if status is not None and not status.active:
+            out.append(
+                (
+                    findings.COMPILE_CACHE_INACTIVE,
+                    status.message,
+                    cache_lib.INACTIVE_FIX,
+                    (),
+                )
+            )
+        return out
+
+    def trial_request(
+        self, xla_possible: bool, params: dict, spe: int, probed: bool
+    ) -> trial_runner.Request:
+        """What the trial is asked for, and what this fit allows."""
+        return trial_runner.Request(
+            jit=self.jit_compile,
+            precision=self.mixed_precision,
+            budget=self.trial_budget,
+            xla_possible=xla_possible,
+            epoch_steps=params.get("steps"),
+            steps_per_call=spe,
+            probed=probed,
+        )
 
 
 def check_arguments(

@@ -3,15 +3,26 @@
 The timer stamps each call; when a run ends (or the probe's ring buffer
 is about to wrap) the new calls become `StepRecord`s, get the signatures
 the probe read and the tracing time it measured, and, while XLA is on,
-the compilations they show (`accounting.detect_compilations`). Records
-stay here until the owner takes a run's worth.
+the compilations they show (`accounting.detect_compilations`; under
+auto-clustering the compile ledger's entries,
+`accounting.detect_cluster_compilations`). Records stay here until the
+owner takes a run's worth.
 """
 
 from __future__ import annotations
 
-from keras_xla.core.accounting import detect_compilations
+from keras_xla.core.accounting import (
+    detect_cluster_compilations,
+    detect_compilations,
+)
 from keras_xla.core.timing import StepRecord, StepTimer, attach_steps
+from keras_xla.tf_backend import autoclustering, compile_ledger
 from keras_xla.tf_backend.step_functions import StepFunctions
+
+# What a fit counts as compilations: new signatures of a jit-compiled step,
+# or the compile ledger's entries of auto-clustering's clusters.
+JIT = "jit_compile"
+CLUSTERS = "auto-clustering"
 
 
 class StepLog:
@@ -24,27 +35,37 @@ class StepLog:
     """
 
     def __init__(
-        self, steps_per_call: int, functions: StepFunctions | None
+        self,
+        steps_per_call: int,
+        functions: StepFunctions | None,
+        ledger: str | None = None,
     ) -> None:
         self.functions = functions
+        self.ledger = ledger
+        # Auto-clustering: ledger entries already booked to a call, and
+        # the functions that compiled clusters before.
+        self._booked: set[str] = set()
+        self._compiled: set[str] = set()
+        # Compilations per `function/cluster`.
+        self.clusters: dict[str, int] = {}
         probe = functions.probe("train") if functions else None
         capacity = probe.slots // steps_per_call - 1 if probe else 1 << 30
         self.timer = StepTimer(steps_per_call, capacity)
         self.records: dict[str, list[StepRecord]] = {"train": [], "test": []}
 
     def begin(
-        self, function: str, batch: int, now: float, jit_on: bool
+        self, function: str, batch: int, now: float, counting: str | None
     ) -> None:
         """A call of `function` at step `batch` begins (`now`: the clock
         read at the start of the hook)."""
-        self._collect_full(self.timer.begin(function, batch, now), jit_on)
+        self._collect_full(self.timer.begin(function, batch, now), counting)
 
-    def close(self, jit_on: bool, now: float | None = None) -> None:
+    def close(self, counting: str | None, now: float | None = None) -> None:
         """The open call ends."""
-        self._collect_full(self.timer.close(now), jit_on)
+        self._collect_full(self.timer.close(now), counting)
 
     def collect(
-        self, function: str, jit_on: bool, next_step: int | None = None
+        self, function: str, counting: str | None, next_step: int | None = None
     ) -> list[StepRecord]:
         """Turns `function`'s pending calls into records; returns all of
         its records so far."""
@@ -58,36 +79,59 @@ class StepLog:
                 # A call that ran no step: with a dataset of unknown
                 # length, Keras's last call only finds the end of data.
                 records = [r for r in records if r.signatures]
-            if jit_on:
+            if counting == JIT:
                 detect_compilations(function, records, variant.tracker)
+            elif counting == CLUSTERS and self.ledger is not None:
+                detect_cluster_compilations(
+                    function,
+                    records,
+                    compile_ledger.entries(self.ledger),
+                    variant.tracker,
+                    self._booked,
+                    self._compiled,
+                )
+                for path in (p for r in records for p in r.entries):
+                    name = f"{function}/{autoclustering.cluster_name(path)}"
+                    self.clusters[name] = self.clusters.get(name, 0) + 1
         self.records[function].extend(records)
         return self.records[function]
 
-    def drain(self, function: str, jit_on: bool) -> list[tuple]:
-        """Reads the steps `function` ran outside this log's calls (an
+    def drain(self, when: str, counting: str | None) -> list[dict]:
+        """Reads the steps the functions ran outside this log's calls (an
         `evaluate()` between fits, or a callback's own), so they are not
-        booked to the next run; returns `(signature, replica)` of each
-        signature they compiled (new to the function's tracker)."""
-        variant = self.functions.active(function) if self.functions else None
-        if variant is None:
-            return []
-        probe, compiled = variant.probe, []
-        probe.pop_traces()
-        for step in probe.read_new():
-            for replica, sig in enumerate(step):
-                if not jit_on:
-                    continue
-                if variant.tracker.observe(function, sig, replica):
-                    compiled.append((sig, replica))
-        return compiled
+        booked to the next run; returns the signatures they compiled (new
+        to the function's tracker), found `when`, as report entries."""
+        found = []
+        for function in ("train", "test"):
+            variant = (
+                self.functions.active(function) if self.functions else None
+            )
+            if variant is None:
+                continue
+            variant.probe.pop_traces()
+            for step in variant.probe.read_new():
+                for replica, sig in enumerate(step):
+                    if counting == JIT and variant.tracker.observe(
+                        function, sig, replica
+                    ):
+                        shapes = {t.path: list(t.shape) for t in sig.tensors}
+                        found.append(
+                            {
+                                "function": function,
+                                "shapes": shapes,
+                                "replica": replica,
+                                "found": when,
+                            }
+                        )
+        return found
 
-    def take(self, function: str, jit_on: bool) -> list[StepRecord]:
+    def take(self, function: str, counting: str | None) -> list[StepRecord]:
         """Closes and collects `function`, and hands over its records."""
-        self.close(jit_on)
-        self.collect(function, jit_on)
+        self.close(counting)
+        self.collect(function, counting)
         records, self.records[function] = self.records[function], []
         return records
 
-    def _collect_full(self, full: tuple[str, int] | None, jit_on) -> None:
+    def _collect_full(self, full: tuple[str, int] | None, counting) -> None:
         if full is not None:
-            self.collect(full[0], jit_on, next_step=full[1])
+            self.collect(full[0], counting, next_step=full[1])

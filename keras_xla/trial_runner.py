@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from keras_xla.core import trial as trial_lib
@@ -109,6 +110,7 @@ class _TrialRetraces(logging.Filter):
 
 
 _FILTER = _TrialRetraces()
+DONE, SWITCHED = "done", "switched"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,6 +238,15 @@ class TrialRunner:
         is over (call `finish`)."""
         self.trial.close_window(records)
         return self.trial.done
+
+    def before_call(self, model: Any, records: Callable[[], list]) -> str:
+        """Before each trial call: at a window boundary, hands the train
+        records so far (`records()`) to the trial. Returns `DONE` (call
+        `finish`), `SWITCHED` (the model changed configuration: rebuild
+        the train function) or `""`."""
+        if self.at_boundary() and self.close_window(records()):
+            return DONE
+        return SWITCHED if self.advance(model) else ""
 
     def advance(self, model: Any) -> bool:
         """Before a trial call: puts the model in the scheduled

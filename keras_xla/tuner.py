@@ -54,14 +54,17 @@ class XLATuner(keras.callbacks.Callback):
     `removed-input`, `retrace`; XLA off `jit-disabled-by-layer`,
     `jit-disabled-by-determinism`, `jit-disabled-run-eagerly`,
     `jit-disabled-by-strategy`, `jit-disabled-by-backend`,
-    `unsupported-op`; cost `dispatch-bound-steps`, `compile-dominates`,
+    `unsupported-op`, `auto-clustering-inactive`,
+    `auto-clustering-uncounted`; cost `dispatch-bound-steps`,
+    `compile-dominates`,
     `tensor-core-alignment`; precision `policy-set-after-build`,
     `low-precision-output`, `missing-loss-scale`, `float16-on-cpu`,
     `bf16-without-hardware-support`; flags `unknown-xla-flag`,
     `xla-flag-wrong-variable`, `negated-xla-flag`,
     `xla-flag-missing-value`, `invalid-xla-flag-value`,
     `ignored-xla-flag-text`, `missing-xla-flags-file`; the tuner's own
-    `compile-cache-inactive`, `profiler-busy`, `hlo-analysis-failed`,
+    `compile-cache-inactive`, `profiler-busy`, `hlo-analysis-off`,
+    `hlo-analysis-failed`,
     `trial-skipped`, `tuner-error`.
 
     The report (`tuner.report`) is also written to

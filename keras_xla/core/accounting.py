@@ -52,6 +52,52 @@ def detect_compilations(
     return records
 
 
+# An entry is closed just after the call that compiled it returns.
+ENTRY_SLACK_SECONDS = 0.05
+
+
+def detect_cluster_compilations(
+    function: str,
+    records: list[StepRecord],
+    entries: dict[str, float],
+    tracker: SignatureTracker,
+    booked: set[str],
+    compiled: set[str],
+) -> list[StepRecord]:
+    """Auto-clustering's compilations: each compile ledger entry (`path:
+    Unix mtime`) not yet `booked` is one cluster compiled by the call
+    whose time holds it (else the one that ended just before). `tracker`
+    remembers the signatures the function ran, `compiled` the functions
+    that compiled clusters before (both updated). A call's compilations
+    after the function's first are explained against the other
+    signatures it ran before; a call that ran a shape for the first time
+    without compiling is a warm-up, not a steady step."""
+    fresh = sorted((m, p) for p, m in entries.items() if p not in booked)
+    for slack in (0.0, ENTRY_SLACK_SECONDS):
+        for record in records:
+            end = record.started_at + record.seconds + slack
+            for mtime, path in fresh:
+                if path not in booked and record.started_at <= mtime <= end:
+                    record.entries.append(path)
+                    booked.add(path)
+    for record in records:
+        ran = [step[0] for step in record.signatures]
+        record.warmup = (
+            any([tracker.observe(function, sig) for sig in ran])
+            and not record.entries
+        )
+        if not record.entries or not ran:
+            continue
+        sig = ran[-1]
+        before = [s for s in tracker.compiled(function) if s != sig]
+        for _ in record.entries:
+            record.new.append((len(ran) - 1, 0))
+        first = function not in compiled or not before
+        record.previous[len(ran) - 1, 0] = [] if first else before
+        compiled.add(function)
+    return records
+
+
 class Accountant:
     """Fills an `XLAReport` from step records, epoch by epoch.
 

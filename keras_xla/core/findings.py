@@ -50,6 +50,8 @@ JIT_DISABLED_RUN_EAGERLY = "jit-disabled-run-eagerly"
 JIT_DISABLED_BY_STRATEGY = "jit-disabled-by-strategy"
 JIT_DISABLED_BY_BACKEND = "jit-disabled-by-backend"
 UNSUPPORTED_OP = "unsupported-op"
+AUTO_CLUSTERING_INACTIVE = "auto-clustering-inactive"
+AUTO_CLUSTERING_UNCOUNTED = "auto-clustering-uncounted"
 # Cost and speed.
 DISPATCH_BOUND_STEPS = "dispatch-bound-steps"
 COMPILE_DOMINATES = "compile-dominates"
@@ -91,6 +93,8 @@ CODES: dict[str, Code] = _table(
     (JIT_DISABLED_BY_STRATEGY, "warning", "a strategy keeps XLA off"),
     (JIT_DISABLED_BY_BACKEND, "warning", "the Keras backend is not TF"),
     (UNSUPPORTED_OP, "warning", "an op has no XLA kernel"),
+    (AUTO_CLUSTERING_INACTIVE, "warning", "auto-clustering asked, not on"),
+    (AUTO_CLUSTERING_UNCOUNTED, "warning", "clusters compile uncounted"),
     (DISPATCH_BOUND_STEPS, "info", "launching a step costs as much as it"),
     (COMPILE_DOMINATES, "warning", "compiling costs more than it saves"),
     (TENSOR_CORE_ALIGNMENT, "info", "sizes keep tensor cores idle"),

@@ -83,6 +83,9 @@ def jit_line(report: XLAReport) -> list[str]:
     if report.jit is None:
         return []
     state = "on" if report.jit.enabled else "off"
+    clustering = report.clustering
+    if clustering is not None and clustering.mode == "auto-clustering":
+        state = "auto-clustering on"
     return [f"XLA {state}: {report.jit.reason}"]
 
 

@@ -139,6 +139,29 @@ def _field_names(cls: type) -> frozenset[str]:
 
 
 @dataclasses.dataclass
+class ClusteringSection(Section):
+    """What compiles with XLA, and what auto-clustering does.
+
+    Attributes:
+        mode: `"jit_compile"` (the whole step), `"auto-clustering"`
+            (clusters of a non-XLA step) or `"off"`.
+        requested: Whether auto-clustering is asked for (`set_jit`,
+            `--tf_xla_auto_jit`).
+        active: Whether it acts on this machine.
+        source: What asked for it (or kept it off).
+        reason: Why it is inactive when requested.
+        clusters: Under auto-clustering, compilations per cluster.
+    """
+
+    mode: str
+    requested: bool
+    active: bool
+    source: str
+    reason: str = ""
+    clusters: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
 class CompileCacheSection(Section):
     """The persistent compile cache in this fit: where, whether it was in
     force, and what its hits saved."""
@@ -251,6 +274,7 @@ class XLAReport:
     # shapes, replica, and when the fit found them. Not in any epoch.
     outside_compilations: list = dataclasses.field(default_factory=list)
     compile_cache: CompileCacheSection | None = None
+    clustering: ClusteringSection | None = None
     hlo: HloSection | None = None
     profile: ProfileSection | None = None
     decision: Decision | None = None
@@ -288,6 +312,7 @@ class XLAReport:
         """The optional sections, by their JSON key."""
         return {
             "compile_cache": self.compile_cache,
+            "clustering": self.clustering,
             "hlo": self.hlo,
             "profile": self.profile,
             "decision": self.decision,
@@ -327,6 +352,7 @@ class XLAReport:
             compile_cache=CompileCacheSection.from_dict(
                 data.get("compile_cache")
             ),
+            clustering=ClusteringSection.from_dict(data.get("clustering")),
             hlo=HloSection.from_dict(data.get("hlo")),
             profile=ProfileSection.from_dict(data.get("profile")),
             decision=Decision.from_dict(data.get("decision")),

@@ -33,6 +33,11 @@ class StepRecord:
         previous: For each `(step index, replica)` in `new`, the
             signatures the same function had compiled before, oldest
             first (empty for its first compilation).
+        warmup: The call ran a shape for the first time without
+            compiling it (auto-clustering compiles a shape at its second
+            run): not a steady step.
+        entries: The compile ledger entries the call wrote
+            (auto-clustering: one per cluster compiled).
     """
 
     function: str
@@ -44,6 +49,8 @@ class StepRecord:
     fallback_steps: int = 1
     started_at: float = 0.0
     previous: dict = dataclasses.field(default_factory=dict)
+    warmup: bool = False
+    entries: list = dataclasses.field(default_factory=list)
 
     @property
     def steps(self) -> int:
@@ -119,7 +126,11 @@ def run_statistics(
     compiled, `fallback_median` (an earlier epoch's median) is used, and
     failing that the median over all steps.
     """
-    steady = [r for r in records if not r.compiled and not r.trace_seconds]
+    steady = [
+        r
+        for r in records
+        if not r.compiled and not r.trace_seconds and not r.warmup
+    ]
     pool = steady or list(records)
     per_step = [r.seconds_per_step for r in pool for _ in range(r.steps)]
     if not per_step:

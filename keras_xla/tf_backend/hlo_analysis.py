@@ -15,15 +15,19 @@ fit with the same shapes reuses it.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Any
 
+from keras_xla.core import findings
 from keras_xla.core.report import HloSection
 from keras_xla.core.signatures import Signature
 from keras_xla.tf_backend import compile_ledger
 from keras_xla.tf_backend import flops as flops_lib
 from keras_xla.tf_backend import hlo as hlo_lib
+
+logger = logging.getLogger(__name__)
 
 HLO_TEXT = os.path.join("hlo", "train_step.optimized.txt")
 HLO_MODULE = os.path.join("hlo", "train_step.optimized.hlo.pb")
@@ -120,6 +124,29 @@ def analyze_train_step(
         module=written if mode != "compile" else None,
         source="compiled again" if mode == "compile" else "compile ledger",
     )
+
+
+def analyze_or_explain(*args, **kwargs) -> tuple[HloSection | None, tuple]:
+    """`analyze_train_step(*args, **kwargs)`, never raising: the section,
+    or None and the `(code, message, fix)` finding that says why not."""
+    try:
+        return analyze_train_step(*args, **kwargs), None
+    except HloUnavailable as why:
+        return None, (
+            findings.HLO_ANALYSIS_OFF,
+            f"The HLO analysis is off in this fit: {why}; it never "
+            "compiles the step again on its own.",
+            "Import keras_xla before TensorFlow runs its first op, or pass "
+            "XLATuner(analyze_hlo='compile') to pay one more compilation "
+            "for it.",
+        )
+    except Exception as error:  # noqa: BLE001 - never stop training
+        logger.exception("keras_xla: HLO analysis failed")
+        return None, (
+            findings.HLO_ANALYSIS_FAILED,
+            f"HLO analysis failed: {type(error).__name__}: {error}",
+            "Pass XLATuner(analyze_hlo=False) to skip it.",
+        )
 
 
 def _ledger_modules(signature: Signature, compile_log) -> tuple[bytes, bytes]:

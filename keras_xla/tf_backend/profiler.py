@@ -141,6 +141,7 @@ class ProfileWindow:
         self.start, self.stop = start, stop
         self.running = False
         self.done = False
+        self.calls = 0  # train calls seen so far
         # Unix times of the window, to match the tuner's compilations.
         self.started_at = self.ended_at = 0.0
         self._files_before: set[str] = set()
@@ -175,13 +176,25 @@ class ProfileWindow:
             return f"{type(error).__name__}: {error}".strip()
         return None
 
-    def begin_at(self, index: int) -> str | None:
-        """Before train call `index` (counted over the whole fit): starts
-        the profiler if the window begins there; returns an error message
-        if it could not."""
+    def before_call(self, compile_log) -> tuple[ProfileSection | None, str]:
+        """Before each train call of the fit: starts or stops the profiler
+        where the window says. Returns the report's section when the
+        window just closed, and an error message ('' if none)."""
+        index, self.calls = self.calls, self.calls + 1
+        if self.running and index > self.stop:
+            return self.finish(compile_log)
         if not self.done and not self.running and index == self.start:
-            return self.begin()
-        return None
+            return None, self.begin() or ""
+        return None, ""
+
+    def finish(self, compile_log) -> tuple[ProfileSection | None, str]:
+        """Stops a running window: its section, or an error message."""
+        if not self.running:
+            return None, ""
+        error = self.end()
+        if error:
+            return None, error
+        return self.section(compile_log), ""
 
     def section(self, compile_log) -> ProfileSection:
         """The report's `profile` section: the trace's files and compile
@@ -208,6 +221,15 @@ class ProfileWindow:
         return [
             f for f in xplane_files(self.log_dir) if f not in self._files_before
         ]
+
+    @staticmethod
+    def busy_finding(error: str) -> tuple[str, str]:
+        """The `profiler-busy` finding's message and fix."""
+        return (
+            f"The profiler window could not run: {error}",
+            "Run one profiler at a time (keras.callbacks.TensorBoard("
+            "profile_batch=...) or XLATuner(profile_steps=...)).",
+        )
 
     def compile_events(self) -> list[CompileEvent]:
         """XLA compilations recorded in this window's trace."""

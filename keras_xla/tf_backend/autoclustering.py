@@ -1,0 +1,163 @@
+"""Auto-clustering: is it asked for, is it on, and what did it compile?
+
+"Enable XLA globally" means auto-clustering: `tf.config.optimizer.
+set_jit(True)` or `TF_XLA_FLAGS=--tf_xla_auto_jit=1|2|fusible`. TensorFlow
+then cuts clusters out of the (non-XLA) step graph and compiles each one
+for every shape it meets. Measured on TF 2.21 (CPU, against the profiler):
+
+- On a CPU it acts only with `--tf_xla_cpu_global_jit` in `TF_XLA_FLAGS`;
+  on a GPU `set_jit` alone takes effect.
+- A non-zero `--tf_xla_auto_jit` overrides `set_jit` both ways (`-1` keeps
+  it off after `set_jit(True)`); `0` or no flag defers to `set_jit`.
+- `get_jit()` reads `set_jit` only (`"autoclustering"` or `""`), never
+  the flag.
+- Each cluster compiles once per shape, lazily: a shape's first run takes
+  TensorFlow's ordinary path and it compiles at its second.
+- Under `jit_compile=True` the step is one XLA cluster already, and
+  auto-clustering adds nothing (the same compilations as without it).
+
+Compilations are counted from the compile ledger (`compile_ledger`), one
+entry per cluster compiled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from keras_xla.core import findings
+from keras_xla.core.report import ClusteringSection
+from keras_xla.tf_backend import compile_ledger
+from keras_xla.tf_backend import flags as flags_lib
+
+ON_VALUES = ("1", "2", "fusible")
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoClustering:
+    """What auto-clustering does in this process.
+
+    Attributes:
+        requested: Whether `set_jit` or `--tf_xla_auto_jit` asks for it.
+        active: Whether it really acts on this machine.
+        source: What asked for it (or kept it off), in words.
+        reason: Why it is inactive when requested; else empty.
+    """
+
+    requested: bool
+    active: bool
+    source: str
+    reason: str = ""
+
+
+def detect(
+    environ=None, set_jit: str | None = None, gpus: int | None = None
+) -> AutoClustering:
+    """Auto-clustering's state from `TF_XLA_FLAGS` (as the user set it),
+    `tf.config.optimizer.get_jit()` and the devices.
+
+    Args:
+        environ: The environment; defaults to the user's (without the
+            compile ledger's own flag).
+        set_jit: `get_jit()`'s value; read from TensorFlow if None.
+        gpus: Visible GPUs; counted if None.
+    """
+    import tensorflow as tf
+
+    if environ is None:
+        environ = compile_ledger.user_environment()
+    if set_jit is None:
+        set_jit = tf.config.optimizer.get_jit()
+    if gpus is None:
+        gpus = len(tf.config.list_logical_devices("GPU"))
+    flags = {
+        f.name: f.value
+        for f in flags_lib.parse_flags(environ.get("TF_XLA_FLAGS") or "")
+    }
+    auto_jit = flags.get("tf_xla_auto_jit")
+    if auto_jit is not None and auto_jit not in ("0", "-1", *ON_VALUES):
+        auto_jit = None  # flags.check_flags reports a bad value
+    if auto_jit in ON_VALUES:
+        requested, source = True, f"`--tf_xla_auto_jit={auto_jit}`"
+    elif auto_jit == "-1":
+        requested = False
+        source = "`--tf_xla_auto_jit=-1` (it overrides set_jit)"
+    else:
+        requested = set_jit == "autoclustering"
+        source = (
+            "`tf.config.optimizer.set_jit(True)`" if requested else "not asked"
+        )
+    cpu_global = "tf_xla_cpu_global_jit" in flags and flags[
+        "tf_xla_cpu_global_jit"
+    ] in (None, "true", "1", "True")
+    if not requested:
+        return AutoClustering(False, False, source)
+    if gpus or cpu_global:
+        return AutoClustering(True, True, source)
+    return AutoClustering(
+        True,
+        False,
+        source,
+        "on a machine without a GPU, auto-clustering acts only with "
+        "`--tf_xla_cpu_global_jit` in TF_XLA_FLAGS",
+    )
+
+
+def settle(
+    jit_on: bool, auto: AutoClustering | None = None
+) -> tuple[ClusteringSection, str, tuple[str, str, str] | None]:
+    """What the fit compiles with: the report's `clustering` section, a
+    note for the jit reason, and a finding or None. `auto` defaults to
+    `detect()`."""
+    auto = auto or detect()
+    ledger = compile_ledger.status()
+    mode, note, finding = "off", "", None
+    if jit_on:
+        mode = "jit_compile"
+        if auto.requested:
+            note = (
+                f" Auto-clustering is asked for too ({auto.source}); "
+                "jit_compile wins: the whole step is one XLA cluster, and "
+                "auto-clustering adds nothing to it."
+            )
+    elif auto.requested and not auto.active:
+        finding = (
+            findings.AUTO_CLUSTERING_INACTIVE,
+            f"Auto-clustering is asked for ({auto.source}) but does "
+            f"nothing: {auto.reason}.",
+            "Set TF_XLA_FLAGS=--tf_xla_cpu_global_jit before starting "
+            "Python, or compile the step with XLA "
+            "(XLATuner(jit_compile=True)).",
+        )
+    elif auto.active:
+        mode = "auto-clustering"
+        note = (
+            f" Auto-clustering is on ({auto.source}): TensorFlow compiles "
+            "clusters of the step with XLA."
+        )
+        if ledger.directory is None:
+            finding = (
+                findings.AUTO_CLUSTERING_UNCOUNTED,
+                "Auto-clustering's compilations cannot be counted in this "
+                f"process: {ledger.reason}.",
+                "Import keras_xla before TensorFlow runs its first op.",
+            )
+    section = ClusteringSection(mode, **dataclasses.asdict(auto))
+    return section, note, finding
+
+
+def cluster_name(entry_path: str) -> str | None:
+    """The cluster a ledger entry compiled (`cluster_3`), from its
+    unoptimized module's name; None for a `jit_compile` function."""
+    from keras_xla.tf_backend import hlo
+
+    try:
+        unoptimized, _ = compile_ledger.read_modules(entry_path)
+        name = hlo.parse_hlo_module(unoptimized).name
+    except (OSError, ValueError):
+        return None
+    marker = name.find("cluster_")
+    if marker < 0:
+        return None
+    digits = name[marker + len("cluster_") :]
+    number = digits[: len(digits) - len(digits.lstrip("0123456789"))]
+    return f"cluster_{number}" if number else None

@@ -1,0 +1,58 @@
+"""Child process for the auto-clustering tests: TF_XLA_FLAGS must be set
+before TensorFlow starts. Prints the tuner's and the profiler's counts as
+JSON. Run: python tests/autoclustering_run.py LOG_DIR"""
+
+import json
+import os
+import sys
+import warnings
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import keras_xla  # noqa: E402, I001  (first: before TensorFlow starts)
+import tensorflow as tf  # noqa: E402
+from conftest import conv_model, regression_data  # noqa: E402
+
+from keras_xla.tf_backend.profiler import read_compile_events  # noqa: E402
+
+
+def main():
+    log_dir = sys.argv[1]
+    tf.config.optimizer.set_jit(True)
+    x, y = regression_data(20)  # batches of 8, 8, 4
+    model = conv_model(jit_compile=False)
+    tuner = keras_xla.XLATuner(jit_compile=None, verbose=0, analyze_hlo=False)
+    tf.profiler.experimental.start(log_dir)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.fit(
+            x,
+            y,
+            batch_size=8,
+            epochs=3,
+            verbose=0,
+            callbacks=[tuner],
+            validation_data=(x[:12], y[:12]),
+        )
+    tf.profiler.experimental.stop()
+    report = tuner.report
+    print(
+        json.dumps(
+            {
+                "profiler": len(read_compile_events(log_dir)),
+                "tuner": report.total_compilations,
+                "epochs": [e.compilations for e in report.epochs],
+                "clustering": report.clustering.to_dict(),
+                "recompilations": [
+                    [r.function, r.epoch, r.cause, r.before, r.after]
+                    for r in report.recompilations
+                ],
+                "codes": report.finding_codes(),
+                "jit": report.jit.reason,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

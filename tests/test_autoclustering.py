@@ -1,0 +1,89 @@
+"""Auto-clustering: detected, counted from the compile ledger against the
+profiler, explained, and said when it is asked for but inactive."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from keras_xla.tf_backend import autoclustering
+
+HERE = os.path.dirname(__file__)
+
+
+@pytest.mark.parametrize(
+    "flags, set_jit, gpus, requested, active",
+    [
+        ("", "", 0, False, False),
+        ("", "autoclustering", 0, True, False),  # CPU needs the flag
+        ("--tf_xla_cpu_global_jit", "autoclustering", 0, True, True),
+        ("", "autoclustering", 1, True, True),  # a GPU: set_jit suffices
+        ("--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit", "", 0, True, True),
+        ("--tf_xla_auto_jit=fusible", "", 1, True, True),
+        # -1 overrides set_jit; 0 defers to it.
+        ("--tf_xla_auto_jit=-1 --tf_xla_cpu_global_jit", "autoclustering", 0)
+        + (False, False),
+        ("--tf_xla_auto_jit=0 --tf_xla_cpu_global_jit", "autoclustering", 0)
+        + (True, True),
+    ],
+)
+def test_detect(flags, set_jit, gpus, requested, active):
+    auto = autoclustering.detect({"TF_XLA_FLAGS": flags}, set_jit, gpus)
+    assert (auto.requested, auto.active) == (requested, active)
+    assert bool(auto.reason) == (requested and not active)
+
+
+def test_settle_says_which_mode_wins():
+    on = autoclustering.AutoClustering(True, True, "`set_jit(True)`")
+    section, note, finding = autoclustering.settle(True, on)
+    assert section.mode == "jit_compile" and "jit_compile wins" in note
+    assert finding is None
+    off = autoclustering.AutoClustering(True, False, "`set_jit`", "no flag")
+    section, note, finding = autoclustering.settle(False, off)
+    assert section.mode == "off" and finding[0] == "auto-clustering-inactive"
+    assert "--tf_xla_cpu_global_jit" in finding[2]
+
+
+def run_child(tmp_path, flags):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("TF_XLA_FLAGS", None)
+    if flags:
+        env["TF_XLA_FLAGS"] = flags
+    result = subprocess.run(
+        [sys.executable, os.path.join(HERE, "autoclustering_run.py")]
+        + [str(tmp_path / "profile")],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_auto_clustering_counts_match_the_profiler(tmp_path):
+    out = run_child(tmp_path, "--tf_xla_cpu_global_jit")
+    assert out["clustering"]["mode"] == "auto-clustering"
+    assert out["tuner"] == out["profiler"] > 0
+    # Train and validation clusters compile for the full batch in epoch
+    # 0; the short last batches compile lazily, at their second run.
+    assert out["epochs"][0] > 0 and out["epochs"][1] > 0
+    assert out["epochs"][2] == 0
+    causes = {(f, e, c) for f, e, c, _, _ in out["recompilations"]}
+    assert causes == {
+        ("train", 1, "partial_batch"),
+        ("test", 1, "partial_batch"),
+    }
+    assert [8, 16, 4] == out["recompilations"][0][3]
+    clusters = out["clustering"]["clusters"]
+    assert sum(clusters.values()) == out["tuner"]
+    assert all(name.split("/")[1].startswith("cluster_") for name in clusters)
+    assert "Auto-clustering is on" in out["jit"]
+
+
+def test_set_jit_alone_on_a_cpu_is_said_to_do_nothing(tmp_path):
+    out = run_child(tmp_path, "")
+    assert out["profiler"] == out["tuner"] == 0
+    assert out["clustering"]["mode"] == "off"
+    assert "auto-clustering-inactive" in out["codes"]
