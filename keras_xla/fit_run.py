@@ -13,13 +13,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from keras_xla import trial_runner
+from keras_xla import epoch_checks, trial_runner
 from keras_xla.core import findings as codes
-from keras_xla.core import lints, render
+from keras_xla.core import render
 from keras_xla.core import report as report_lib
+from keras_xla.core import verdict as verdict_lib
 from keras_xla.core.accounting import Accountant
 from keras_xla.core.findings import FindingBook
-from keras_xla.core.timing import steady_signature
 from keras_xla.core.trial import AUTO
 from keras_xla.settings import Settings
 from keras_xla.step_log import CLUSTERS, JIT, StepLog
@@ -28,8 +28,6 @@ from keras_xla.tf_backend import compile_cache as cache_lib
 from keras_xla.tf_backend import jit as jit_lib
 from keras_xla.tf_backend import precision as precision_lib
 from keras_xla.tf_backend import unsupported as unsupported_lib
-from keras_xla.tf_backend.alignment import tensor_core_misalignment
-from keras_xla.tf_backend.hlo_analysis import analyze_or_explain
 from keras_xla.tf_backend.profiler import ProfileWindow
 from keras_xla.tf_backend.step_functions import StepFunctions
 from keras_xla.tf_backend.summaries import SummaryWriter, write_epoch
@@ -69,6 +67,7 @@ class FitRun:
         self.window: ProfileWindow | None = None
         self._hlo_done = False
         self._decided = False  # a decision to write at epoch end
+        self._steps_done = 0  # train steps of the epochs before
         self._cache_before: dict[str, float] = {}
         self.writer = (
             SummaryWriter(settings.log_dir) if settings.log_dir else None
@@ -106,6 +105,8 @@ class FitRun:
         spe = int(model.steps_per_execution or 1)
         if auto:
             self._start_trial(original, spe)
+        elif s.baseline and self.jit_on:
+            self._start_trial(None, spe)
         if self.functions is not None:
             self._prepare_functions()
         self.log = StepLog(
@@ -182,14 +183,19 @@ class FitRun:
     # The trial.
 
     def _start_trial(self, original, spe: int) -> None:
-        outcome = trial_runner.plan(
-            self.model,
-            self.settings.trial_request(
-                self.jit_on, self.params, spe, self.functions is not None
-            ),
-            original,
-            self.trial_result,
+        """The XLA/precision trial, or with `original=None` the no-XLA
+        baseline window (the same mechanism; XLA stays on after it)."""
+        request = self.settings.trial_request(
+            self.jit_on, self.params, spe, self.functions is not None
         )
+        if original is None:
+            outcome = trial_runner.plan_baseline(
+                self.model, request, trial_runner.ModelState(self.model)
+            )
+        else:
+            outcome = trial_runner.plan(
+                self.model, request, original, self.trial_result
+            )
         if isinstance(outcome, trial_runner.Settlement):
             self._settle(outcome)
         else:
@@ -216,6 +222,9 @@ class FitRun:
     def _settle(self, settlement: trial_runner.Settlement) -> None:
         model = self.model
         self.jit_on = bool(model.jit_compile)
+        if settlement.decision is None:  # the baseline's
+            self.report.baseline = settlement.baseline
+            return
         self.report.decision = settlement.decision
         if settlement.skipped is not None:
             self.book.add(codes.TRIAL_SKIPPED, *settlement.skipped)
@@ -296,54 +305,33 @@ class FitRun:
                 status.directory,
             )
             stats.compile_cache_hits, stats.compile_cache_misses = hits_misses
-        self._analyze_hlo(stats, records)
-        self._lint(stats, records)
+        s, found = self.settings, []
+        if not self._hlo_done and s.analyze_hlo and self.jit_on:
+            variant = self.functions and self.functions.active("train")
+            hlo, found = epoch_checks.analyze_hlo(
+                self.model,
+                s,
+                stats,
+                records,
+                variant.hlo_results if variant else {},
+                self.report.compile_log,
+            )
+            self._hlo_done = hlo is not None or bool(found)
+            self.report.hlo = hlo or self.report.hlo
+        compile_s = self.report.total_compile_seconds
+        found += epoch_checks.lint(
+            self.model, stats, records, compile_s, self.params
+        )
+        for code, message, fix in found:
+            self.book.add(code, message, fix)
         if self.window is not None and self.report.profile is not None:
             # The report learns of a run's compilations when it ends.
             self.report.profile.tuner_compilations = self.window.count_inside(
                 self.report.compile_log
             )
-        self._write_epoch(stats)
-
-    def _analyze_hlo(self, stats: report_lib.EpochStats, records: list) -> None:
-        s = self.settings
-        if self._hlo_done or not s.analyze_hlo or not self.jit_on:
-            return
-        signature = steady_signature(records)
-        if signature is None:
-            return
-        self._hlo_done = True
-        variant = self.functions.active("train") if self.functions else None
-        section, finding = analyze_or_explain(
-            self.model,
-            signature,
-            variant.hlo_results if variant else {},
-            stats.epoch,
-            stats.step_time_ms["median"],
-            self.report.compile_log,
-            s.analyze_hlo,
-            s.peak_flops,
-            s.log_dir,
-        )
-        self.report.hlo = section or self.report.hlo
-        if finding is not None:
-            self.book.add(*finding)
-
-    def _lint(self, stats: report_lib.EpochStats, records: list) -> None:
-        misaligned = []
-        if stats.epoch == 0:
-            signature = steady_signature(records)
-            batch = signature.batch_size() if signature else None
-            misaligned = tensor_core_misalignment(self.model, batch)
-        for code, message, fix in lints.epoch_lints(
-            stats.epoch,
-            stats.step_time_ms["median"],
-            int(getattr(self.model, "steps_per_execution", 1) or 1),
-            self.report.total_compile_seconds,
-            self.params,
-            misaligned,
-        ):
-            self.book.add(code, message, fix)
+        self.report.verdict = verdict_lib.build(self.report)
+        self._write_epoch(stats, records)
+        self._steps_done += stats.steps
 
     # The profiler window.
 
@@ -364,9 +352,16 @@ class FitRun:
 
     # Outputs.
 
-    def _write_epoch(self, stats: report_lib.EpochStats) -> None:
+    def _write_epoch(self, stats: report_lib.EpochStats, records) -> None:
         if self.writer is not None:
-            write_epoch(self.writer, stats, self.report, self._decided)
+            write_epoch(
+                self.writer,
+                stats,
+                self.report,
+                self._decided,
+                records,
+                self._steps_done,
+            )
             self._decided = False
             self.report.write(self.settings.log_dir)
 
@@ -380,6 +375,7 @@ class FitRun:
         self.active = False
         if self.functions is not None:
             self.functions.unwrap(self.model)
+        self.report.verdict = verdict_lib.build(self.report)
         if self.writer is not None:
             self.report.write(self.settings.log_dir)
             self.writer.close()

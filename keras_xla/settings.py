@@ -33,6 +33,7 @@ class Settings:
     profile_steps: tuple[int, int] | None
     mixed_precision: str | None
     trial_budget: float | int
+    baseline: bool = True
     flag_problems: tuple = ()
     cache_status: cache_lib.CacheStatus | None = None
 
@@ -85,6 +86,7 @@ def check_arguments(
     profile_steps: Any,
     mixed_precision: Any,
     trial_budget: Any,
+    baseline: Any = True,
 ) -> None:
     """Raises `ValueError` for the first unsupported argument."""
     if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
@@ -118,6 +120,11 @@ def check_arguments(
         raise ValueError(
             f"Unsupported value `XLATuner(peak_flops={peak_flops!r})`: pass "
             "the peak FLOP/s (a number > 0), 'measure' or None."
+        )
+    if not isinstance(baseline, bool):
+        raise ValueError(
+            f"Unsupported value `XLATuner(baseline={baseline!r})`: pass True "
+            "(measure a no-XLA baseline window) or False."
         )
     validate_budget(trial_budget)
     if mixed_precision not in (None, AUTO):

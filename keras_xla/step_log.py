@@ -46,6 +46,7 @@ class StepLog:
         # the functions that compiled clusters before.
         self._booked: set[str] = set()
         self._compiled: set[str] = set()
+        self._probed = False  # whether any probe has recorded a step
         # Compilations per `function/cluster`.
         self.clusters: dict[str, int] = {}
         probe = functions.probe("train") if functions else None
@@ -73,9 +74,14 @@ class StepLog:
         variant = self.functions.active(function) if self.functions else None
         if records and variant is not None:
             probe = variant.probe
-            steps, traces = probe.read_new(), probe.pop_traces()
+            steps = probe.read_new()
+            # The probe times traces with perf_counter; records hold Unix
+            # times.
+            offset = self.timer.clock_offset
+            traces = [(offset + t, s) for t, s in probe.pop_traces()]
             attach_steps(records, steps, traces, next_step)
-            if probe.steps_recorded:
+            self._probed = self._probed or bool(probe.steps_recorded)
+            if self._probed:
                 # A call that ran no step: with a dataset of unknown
                 # length, Keras's last call only finds the end of data.
                 records = [r for r in records if r.signatures]

@@ -18,8 +18,9 @@ from collections.abc import Callable
 from typing import Any
 
 from keras_xla.core import trial as trial_lib
-from keras_xla.core.report import Decision
+from keras_xla.core.report import BaselineSection, Decision
 from keras_xla.core.trial import AUTO, Candidate, Trial
+from keras_xla.tf_backend import jit as jit_lib
 from keras_xla.tf_backend import precision as precision_lib
 
 
@@ -66,16 +67,7 @@ def plan_candidates(
             precision_lib.float_policy(precision).name if precision else current
         ]
     candidates = [Candidate(j, p) for j in jits for p in policies]
-    return candidates, Candidate(keras_auto_jit(model), "float32")
-
-
-def keras_auto_jit(model: Any) -> bool:
-    """What Keras's `jit_compile="auto"` resolves to for `model` (off on
-    CPU-only machines and under tf.distribute)."""
-    try:
-        return bool(model._resolve_auto_jit_compile())
-    except Exception:  # noqa: BLE001 - a private Keras method
-        return False
+    return candidates, Candidate(jit_lib.keras_auto_jit(model), "float32")
 
 
 @dataclasses.dataclass
@@ -89,12 +81,15 @@ class Settlement:
             to reuse; None when nothing was decided.
     """
 
-    decision: Decision
+    decision: Decision | None
     skipped: tuple[str, str] | None = None
     kept: ModelState | None = None
+    baseline: BaselineSection | None = None
 
-    def jit_reason(self) -> str:
+    def jit_reason(self) -> str | None:
         d = self.decision
+        if d is None:
+            return None
         if d.status in ("decided", "reused"):
             return f"the trial chose {d.winner} ({d.reason})"
         return d.reason
@@ -111,6 +106,12 @@ class _TrialRetraces(logging.Filter):
 
 _FILTER = _TrialRetraces()
 DONE, SWITCHED = "done", "switched"
+# The no-XLA baseline: windows per configuration, share of the first
+# epoch, and its bounds in steps.
+BASELINE_ROUNDS = 2
+BASELINE_SHARE = 0.1
+BASELINE_MIN_STEPS = 12
+BASELINE_MAX_STEPS = 100
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,11 +220,17 @@ class TrialRunner:
     """
 
     def __init__(
-        self, trial: Trial, original: ModelState, xla_possible: bool
+        self,
+        trial: Trial,
+        original: ModelState,
+        xla_possible: bool,
+        keep: Candidate | None = None,
     ) -> None:
         self.trial = trial
         self.original = original
         self.xla_possible = xla_possible
+        # A baseline trial measures, and then keeps the user's setting.
+        self.keep = keep
         self.active: Candidate | None = None
         self._states: dict[Candidate, ModelState] = {}
 
@@ -273,6 +280,8 @@ class TrialRunner:
         puts the model in the winner's configuration."""
         logging.getLogger("tensorflow").removeFilter(_FILTER)
         self.trial.close_window(records)
+        if self.keep is not None:
+            return self._finish_baseline(model)
         winner, decision = self.trial.decide()
         if winner is None:
             return _fall_back(
@@ -285,6 +294,71 @@ class TrialRunner:
             )
         self.switch(model, winner)
         return Settlement(decision, kept=self._states[winner])
+
+    def _finish_baseline(self, model: Any) -> Settlement:
+        self.switch(model, self.keep)
+        medians = self.trial.medians_ms()
+        no_xla = Candidate(False, self.keep.policy)
+        section = BaselineSection(
+            steps=self.trial.timed_steps(no_xla),
+            no_xla_step_ms=medians[no_xla],
+            xla_step_ms=medians[self.keep],
+            cost_seconds=round(self.trial.wall_by[no_xla], 3),
+        )
+        if None in (section.no_xla_step_ms, section.xla_step_ms):
+            section.reason = (
+                "the baseline windows ended before two steps of each were timed"
+            )
+        return Settlement(None, baseline=section)
+
+
+def plan_baseline(
+    model: Any, request: Request, original: ModelState
+) -> TrialRunner | Settlement:
+    """A no-XLA baseline for a fit with XLA on: windows without XLA
+    interleaved with XLA's (`BASELINE_ROUNDS` each), at most
+    `BASELINE_SHARE` of the first epoch, `BASELINE_MIN_STEPS` to
+    `BASELINE_MAX_STEPS` steps; the model keeps XLA after it."""
+    spe, steps = request.steps_per_call, request.epoch_steps
+    if not steps:
+        # Measured: Keras's end-of-data call of a non-XLA train function
+        # advances optimizer.iterations (12 for 10 batches over two
+        # epochs; 10 with XLA), so no-XLA windows must not meet it.
+        return Settlement(
+            None,
+            baseline=BaselineSection(
+                reason="the first epoch's length is unknown, and a no-XLA "
+                "call at the end of the data would advance the optimizer's "
+                "step count in Keras (pass steps_per_epoch to fit)"
+            ),
+        )
+    budget = int(BASELINE_SHARE * steps)
+    budget = min(max(budget, BASELINE_MIN_STEPS), BASELINE_MAX_STEPS)
+    if steps is not None:
+        budget = min(budget, steps)
+    calls = budget // spe // (2 * BASELINE_ROUNDS)
+    if not request.probed or calls < trial_lib.MIN_WINDOW_CALLS:
+        need = 2 * BASELINE_ROUNDS * trial_lib.MIN_WINDOW_CALLS * spe
+        why = (
+            "the model's steps carry no probe (a plain model under a "
+            "multi-replica strategy)"
+            if not request.probed
+            else f"the first epoch has {steps} steps; the baseline needs {need}"
+        )
+        return Settlement(None, baseline=BaselineSection(reason=why))
+    policy = model.dtype_policy.name
+    keep = Candidate(True, policy)
+    trial = Trial(
+        [keep, Candidate(False, policy)],
+        keep,
+        calls,
+        spe,
+        rounds=BASELINE_ROUNDS,
+    )
+    runner = TrialRunner(trial, original, True, keep=keep)
+    runner.switch(model, keep)
+    logging.getLogger("tensorflow").addFilter(_FILTER)
+    return runner
 
 
 def _configure(model: Any, original: ModelState, candidate: Candidate):

@@ -123,6 +123,13 @@ class XLATuner(keras.callbacks.Callback):
             Keras's default configuration and its break-even step count go
             to `report.decision` and the `xla/decision` text summary.
             Defaults to `0.25`.
+        baseline: With XLA on, measure the same step without XLA in short
+            windows interleaved with XLA's early in the first epoch (real
+            training steps, same weights and precision; 10% of the first
+            epoch, 12 to 100 steps), so the verdict can say whether XLA
+            paid off (`report.baseline`, `report.verdict`). Its cost (the
+            no-XLA windows' seconds, tracing included) is reported; it
+            adds no XLA compilation. Defaults to `True`.
 
     Example:
 
@@ -149,6 +156,7 @@ class XLATuner(keras.callbacks.Callback):
         profile_steps: tuple[int, int] | None = None,
         mixed_precision: str | None = None,
         trial_budget: float | int = 0.25,
+        baseline: bool = True,
     ) -> None:
         super().__init__()
         check_arguments(
@@ -161,6 +169,7 @@ class XLATuner(keras.callbacks.Callback):
             profile_steps=profile_steps,
             mixed_precision=mixed_precision,
             trial_budget=trial_budget,
+            baseline=baseline,
         )
         self.strict = bool(strict)
         self.log_dir = os.fspath(log_dir) if log_dir is not None else None
@@ -169,6 +178,7 @@ class XLATuner(keras.callbacks.Callback):
         self.peak_flops = peak_flops
         self.profile_steps = tuple(profile_steps) if profile_steps else None
         self.trial_budget = trial_budget
+        self.baseline = baseline
         self.mixed_precision = mixed_precision
         # A bad TF_XLA_FLAGS/XLA_FLAGS aborts the process at the first XLA
         # use; say so now, in words.
@@ -205,6 +215,7 @@ class XLATuner(keras.callbacks.Callback):
             profile_steps=self.profile_steps,
             mixed_precision=self.mixed_precision,
             trial_budget=self.trial_budget,
+            baseline=self.baseline,
             flag_problems=tuple(self._flag_problems),
             cache_status=self._cache_status,
         )

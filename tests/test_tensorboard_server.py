@@ -29,7 +29,12 @@ import pytest
 from conftest import conv_model, regression_data
 
 from keras_xla import XLATuner
-from keras_xla.tf_backend.summaries import FINDINGS_TAG, SCALAR_TAGS
+from keras_xla.tf_backend.summaries import (
+    FINDINGS_TAG,
+    SCALAR_TAGS,
+    STEP_TIME_TAG,
+    VERDICT_TAG,
+)
 
 HOST = "127.0.0.1"
 TOTAL_TIMEOUT_SECONDS = 60
@@ -176,12 +181,26 @@ def test_tensorboard_serves_xla_scalars_and_findings(trained, tmp_path):
             "/data/plugin/text/tags",
             lambda body: FINDINGS_TAG in body.get("train", []),
         )
-        assert text_tags["train"] == [FINDINGS_TAG]
+        assert sorted(text_tags["train"]) == [FINDINGS_TAG, VERDICT_TAG]
         findings = server.get(
             "/data/plugin/text/text", run="train", tag=FINDINGS_TAG
         )
-        assert [event["step"] for event in findings] == [0, 1]
+        # Written at epoch 0, and again only when the findings changed.
+        steps = [event["step"] for event in findings]
+        assert steps[0] == 0 and steps == sorted(set(steps))
         assert "partial-last-batch" in findings[-1]["text"]
         assert "<table>" in findings[-1]["text"]  # Markdown was rendered.
+        (verdict,) = server.get(
+            "/data/plugin/text/text", run="train", tag=VERDICT_TAG
+        )[-1:]
+        assert report.verdict.headline.split(":")[0] in verdict["text"]
+        # One step-time point per train call, at the global train step.
+        points = server.poll(
+            "/data/plugin/scalars/scalars",
+            lambda body: len(body) == 6,
+            run="train",
+            tag=STEP_TIME_TAG,
+        )
+        assert [step for _, step, _ in points] == list(range(6))
     finally:
         server.stop()

@@ -11,7 +11,13 @@ import tensorflow as tf
 from conftest import conv_model, regression_data
 
 from keras_xla import XLARecompilationWarning, XLATuner
-from keras_xla.tf_backend.summaries import FINDINGS_TAG, HLO_TAGS, SCALAR_TAGS
+from keras_xla.tf_backend.summaries import (
+    FINDINGS_TAG,
+    HLO_TAGS,
+    SCALAR_TAGS,
+    STEP_TIME_TAG,
+    VERDICT_TAG,
+)
 
 
 def fit(model, *args, tuner, **kwargs):
@@ -198,9 +204,20 @@ def test_tensorboard_tags_and_report_file(tmp_path):
     tuner = XLATuner(log_dir=log_dir, verbose=0)
     fit(conv_model(), x, y, batch_size=16, epochs=3, tuner=tuner)
     events = read_events(os.path.join(log_dir, "train"))
-    assert set(events) == set(SCALAR_TAGS) | set(HLO_TAGS) | {FINDINGS_TAG}
-    for tag, points in events.items():
-        assert [p.step for p in points] == [0, 1, 2], tag
+    assert set(events) == set(SCALAR_TAGS) | set(HLO_TAGS) | {
+        FINDINGS_TAG,
+        VERDICT_TAG,
+        STEP_TIME_TAG,
+    }
+    for tag in set(SCALAR_TAGS) | set(HLO_TAGS):
+        assert [p.step for p in events[tag]] == [0, 1, 2], tag
+    # Per call at the global train step; texts when they change.
+    assert [p.step for p in events[STEP_TIME_TAG]] == list(range(9))
+    assert [p.step for p in events[FINDINGS_TAG]][0] == 0
+    step_ms = [
+        float(tf.make_ndarray(p.tensor_proto)) for p in events[STEP_TIME_TAG]
+    ]
+    assert max(step_ms) == step_ms[0]  # the compiling call stands out
     compiles = [
         float(tf.make_ndarray(p.tensor_proto))
         for p in events["xla/compilations"]

@@ -13,7 +13,13 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from keras_xla.core.report import Decision, EpochStats, Finding, XLAReport
+from keras_xla.core.report import (
+    Decision,
+    EpochStats,
+    Finding,
+    Verdict,
+    XLAReport,
+)
 
 EPOCH_HEADER = (
     "epoch",
@@ -110,10 +116,52 @@ def top_findings(findings: Sequence[Finding], limit: int) -> list[Finding]:
     )[:limit]
 
 
+def verdict_lines(verdict: Verdict | None) -> list[str]:
+    """The verdict's headline, then the most valuable next step."""
+    if verdict is None:
+        return []
+    lines = [f"Verdict: {verdict.headline}"]
+    if verdict.next_steps:
+        step = verdict.next_steps[0]
+        cost = (
+            f" ({step['seconds']:.2f} s in this run)"
+            if step["seconds"] is not None
+            else ""
+        )
+        lines.append(f"Next: [{step['code']}]{cost} {step['fix']}")
+    return lines
+
+
+def verdict_markdown(verdict: Verdict) -> str:
+    """The verdict as Markdown: the headline, the measured figures, and
+    the next steps ranked by seconds."""
+    v = verdict
+    lines = [f"**{_md(v.headline)}**", ""]
+    lines += [
+        "| no-XLA step ms | XLA step ms | speedup | compile s | "
+        "break-even steps | train steps | paid back |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        f"| {number(v.baseline_step_ms)} | {number(v.xla_step_ms)} | "
+        f"{number(v.speedup)} | {number(v.compile_seconds)} | "
+        f"{v.break_even_steps if v.break_even_steps is not None else '-'} | "
+        f"{v.train_steps} | "
+        f"{'-' if v.paid_back is None else ('yes' if v.paid_back else 'no')} |",
+    ]
+    if v.next_steps:
+        lines += ["", "| next step | seconds | fix |", "| --- | --- | --- |"]
+        for step in v.next_steps:
+            lines.append(
+                f"| `{step['code']}` | {number(step['seconds'])} | "
+                f"{_md(step['fix'])} |"
+            )
+    return "\n".join(lines)
+
+
 def summary(report: XLAReport, max_findings: int = 3) -> str:
-    """The train-end summary: XLA on or off, the epoch table, the trial,
-    the top findings."""
-    lines = jit_line(report)
+    """The train-end summary: the verdict first, then XLA on or off, the
+    epoch table, the trial, the top findings."""
+    lines = verdict_lines(report.verdict)
+    lines += jit_line(report)
     lines += epoch_table(report)
     lines += decision_line(report.decision)
     for f in top_findings(report.findings, max_findings):
@@ -170,7 +218,7 @@ def decision_markdown(decision: Decision | None) -> str:
 def full_report(report: XLAReport, path: str) -> str:
     """One report as `keras-xla report` prints it: jit, environment,
     epochs with totals, recompilations, trial, findings."""
-    lines = [f"Report: {path}"]
+    lines = [f"Report: {path}", *verdict_lines(report.verdict)]
     if report.jit is not None:
         jit = report.jit
         lines.append(

@@ -52,6 +52,7 @@ class Trial:
         default: Keras's default configuration, for the speedup figure.
         window_calls: Calls of the train function per window.
         steps_per_call: Steps one call runs.
+        rounds: Windows per candidate. Defaults to `ROUNDS`.
     """
 
     def __init__(
@@ -60,6 +61,7 @@ class Trial:
         default: Candidate,
         window_calls: int,
         steps_per_call: int = 1,
+        rounds: int = ROUNDS,
     ) -> None:
         self.candidates = candidates
         self.default = default
@@ -68,7 +70,7 @@ class Trial:
         n = len(candidates)
         self.plan = [
             candidates[(i + r) % n]
-            for r in range(ROUNDS)
+            for r in range(rounds)
             for i in range(n)
             for _ in range(window_calls)
         ]
@@ -81,6 +83,7 @@ class Trial:
         self._first: dict[Candidate, Any] = {}
         self._calls = 0
         self._wall = 0.0
+        self.wall_by: dict[Candidate, float] = {c: 0.0 for c in candidates}
 
     @property
     def done(self) -> bool:
@@ -108,11 +111,22 @@ class Trial:
         candidate = self._window
         self._calls += len(fresh)
         self._wall += sum(r.seconds for r in fresh)
+        self.wall_by[candidate] += sum(r.seconds for r in fresh)
         self._first.setdefault(candidate, fresh[0])
         for record in fresh[1:]:
             if not record.compiled and record.trace_seconds == 0.0:
                 per_step = [record.seconds_per_step] * record.steps
                 self._seconds[candidate].extend(per_step)
+
+    def medians_ms(self) -> dict[Candidate, float | None]:
+        """Each candidate's median timed step (ms; None under two)."""
+        return {
+            c: ms(statistics.median(t)) if len(t) >= 2 else None
+            for c, t in self._seconds.items()
+        }
+
+    def timed_steps(self, candidate: Candidate) -> int:
+        return len(self._seconds[candidate])
 
     def decide(self) -> tuple[Candidate | None, Decision]:
         """The winner (None when the trial could not decide) and the

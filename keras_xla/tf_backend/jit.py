@@ -145,8 +145,30 @@ def configure_jit(model: Any, requested: Any) -> tuple[JitInfo, tuple | None]:
             "Check the model's layers for `supports_jit=False`.",
         )
         return JitInfo(requested, False, cause[1]), cause
-    reason = "XLA on: the train and test steps compile with `jit_compile=True`"
+    reason = "the train and test steps compile with `jit_compile=True`"
+    if requested is True and compiled_with is False:
+        reason += (
+            "; XLATuner(jit_compile=True) turned XLA on over the model's "
+            "compile(jit_compile=False) (pass XLATuner(jit_compile=None) to "
+            "keep the model's own setting)"
+        )
+    elif requested is True and compiled_with in (None, "auto"):
+        reason += (
+            "; XLATuner(jit_compile=True) turned it on where Keras's "
+            "default `jit_compile='auto'` would keep it off on a CPU"
+            if not keras_auto_jit(model)
+            else ""
+        )
     return JitInfo(requested, True, reason), None
+
+
+def keras_auto_jit(model: Any) -> bool:
+    """What Keras's `jit_compile="auto"` resolves to for `model` (off on
+    CPU-only machines and under tf.distribute)."""
+    try:
+        return bool(model._resolve_auto_jit_compile())
+    except Exception:  # noqa: BLE001 - a private Keras method
+        return False
 
 
 def _compiled_jit_setting(model: Any) -> Any:

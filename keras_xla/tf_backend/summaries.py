@@ -25,6 +25,10 @@ HLO_TAGS = ("xla/fusion_ratio", "xla/kernels_per_step", "xla/achieved_tflops")
 CACHE_TAGS = ("xla/compile_cache_hits", "xla/compile_cache_misses")
 FINDINGS_TAG = "xla/findings"
 DECISION_TAG = "xla/decision"
+VERDICT_TAG = "xla/verdict"
+# One point per train call, step = global train step: a recompilation
+# shows as a spike.
+STEP_TIME_TAG = "xla/step_time_ms"
 TRAIN_RUN = "train"
 
 
@@ -67,6 +71,7 @@ class SummaryWriter:
     def __init__(self, log_dir: str) -> None:
         self.log_dir = log_dir
         self._writer = None
+        self._last_text: dict[str, str] = {}
 
     @property
     def run_dir(self) -> str:
@@ -89,6 +94,20 @@ class SummaryWriter:
                 if value is not None:
                     tf.summary.scalar(tag, float(value), step=step)
 
+    def write_text_if_changed(self, step: int, tag: str, text: str) -> None:
+        """`write_text`, unless `tag` already shows this text."""
+        if self._last_text.get(tag) != text:
+            self._last_text[tag] = text
+            self.write_text(step, tag, text)
+
+    def write_step_times(self, points: list[tuple[int, float]]) -> None:
+        """`STEP_TIME_TAG` at each `(global step, ms)`, in one go."""
+        import tensorflow as tf
+
+        with tf.init_scope(), self._get().as_default():
+            for step, value in points:
+                tf.summary.scalar(STEP_TIME_TAG, value, step=step)
+
     def write_text(self, step: int, tag: str, text: str) -> None:
         import tensorflow as tf
 
@@ -105,12 +124,30 @@ class SummaryWriter:
             self._writer = None
 
 
-def write_epoch(writer: SummaryWriter, stats, report, decided: bool) -> None:
-    """One epoch's scalars, the findings table and, when the trial just
-    `decided`, its decision; then flushes."""
+def write_epoch(
+    writer: SummaryWriter,
+    stats,
+    report,
+    decided: bool,
+    records=(),
+    first_step: int = 0,
+) -> None:
+    """One epoch: its scalars, each train call's step time (`records`, at
+    global step `first_step + record.first_step`), the findings table and
+    the verdict when they changed, and, when the trial just `decided`,
+    its decision; then flushes."""
     writer.write_scalars(stats.epoch, epoch_scalars(stats, report.hlo))
+    writer.write_step_times(
+        [
+            (first_step + r.first_step, r.seconds_per_step * 1000.0)
+            for r in records
+        ]
+    )
     text = render.findings_markdown(report.findings)
-    writer.write_text(stats.epoch, FINDINGS_TAG, text)
+    writer.write_text_if_changed(stats.epoch, FINDINGS_TAG, text)
+    if report.verdict is not None:
+        text = render.verdict_markdown(report.verdict)
+        writer.write_text_if_changed(stats.epoch, VERDICT_TAG, text)
     if decided:
         text = render.decision_markdown(report.decision)
         writer.write_text(stats.epoch, DECISION_TAG, text)

@@ -1,0 +1,197 @@
+"""The report's typed sections: compile cache, auto-clustering, HLO,
+profile, trial decision, no-XLA baseline and verdict.
+
+Each section is a dataclass that still reads like the dict it was in the
+first version (`report.hlo["fusion_ratio"]`), and reads its JSON skipping
+keys a newer writer may have added.
+
+Pure logic: nothing here imports TensorFlow or Keras.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+class Section:
+    """A typed report section that still reads like the dict it was in
+    the first version (`report.hlo["fusion_ratio"]`, `.get(key)`)."""
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in _field_names(type(self)):
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return (
+            getattr(self, key) if key in _field_names(type(self)) else (default)
+        )
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict | None):
+        """The section from its JSON; keys this version does not know
+        are skipped (a newer writer may add some)."""
+        if data is None:
+            return None
+        names = _field_names(cls)
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+@dataclasses.dataclass
+class ClusteringSection(Section):
+    """What compiles with XLA, and what auto-clustering does.
+
+    Attributes:
+        mode: `"jit_compile"` (the whole step), `"auto-clustering"`
+            (clusters of a non-XLA step) or `"off"`.
+        requested: Whether auto-clustering is asked for (`set_jit`,
+            `--tf_xla_auto_jit`).
+        active: Whether it acts on this machine.
+        source: What asked for it (or kept it off).
+        reason: Why it is inactive when requested.
+        clusters: Under auto-clustering, compilations per cluster.
+    """
+
+    mode: str
+    requested: bool
+    active: bool
+    source: str
+    reason: str = ""
+    clusters: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class CompileCacheSection(Section):
+    """The persistent compile cache in this fit: where, whether it was in
+    force, and what its hits saved."""
+
+    directory: str
+    active: bool
+    entries_at_start: int
+    hits: int = 0
+    misses: int = 0
+    seconds_saved: float | None = None
+    miss_median_seconds: float | None = None
+    hit_median_seconds: float | None = None
+
+
+@dataclasses.dataclass
+class HloSection(Section):
+    """The optimized HLO of the train step for one steady signature.
+
+    `source` is where the module came from (`"compile ledger"`: the one
+    XLA ran, at no cost; `"compiled again"`), `module` the path of the
+    saved `HloModuleProto`, `text` of the HLO text (compiled again only).
+    """
+
+    epoch: int
+    shapes: dict
+    analysis_seconds: float
+    kernels_per_step: int
+    fusions: int
+    fusion_ratio: float
+    converts: int
+    unfused_converts: int
+    flops_per_step: int
+    largest_unfused: list
+    achieved_tflops: float | None
+    peak_tflops: float | None
+    utilization: float | None
+    text: str | None = None
+    module: str | None = None
+    source: str | None = None
+
+
+@dataclasses.dataclass
+class ProfileSection(Section):
+    """A profiler window: its steps, its trace files, and the compilations
+    the profiler and the tuner each saw in it."""
+
+    steps: list
+    directory: str
+    files: list
+    profiler_compilations: int
+    profiler_compile_seconds: list
+    tuner_compilations: int | None = None
+
+
+@dataclasses.dataclass
+class CandidateResult(Section):
+    """One candidate of the XLA/precision trial, as measured."""
+
+    name: str
+    jit_compile: bool
+    policy: str
+    measured_steps: int = 0
+    median_step_ms: float | None = None
+    compile_seconds: float | None = None
+
+
+@dataclasses.dataclass
+class Decision(Section):
+    """What the XLA/precision trial decided, and on what measurements.
+
+    `status` is `decided`, `reused` (a second fit kept the first fit's
+    winner), `single-candidate` or `skipped` (`winner` is then None).
+    """
+
+    status: str
+    winner: str | None
+    reason: str
+    candidates: list = dataclasses.field(default_factory=list)
+    default: str | None = None
+    trial_steps: int | None = None
+    trial_seconds: float | None = None
+    speedup_vs_default: float | None = None
+    break_even_steps: int | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict | None):
+        decision = super().from_dict(data)
+        if decision is not None:
+            decision.candidates = [
+                c
+                if isinstance(c, CandidateResult)
+                else (CandidateResult.from_dict(c))
+                for c in decision.candidates
+            ]
+        return decision
+
+
+@dataclasses.dataclass
+class BaselineSection(Section):
+    """The no-XLA baseline: real training steps without XLA, in windows
+    interleaved with XLA's, same weights and precision, timed by one rule
+    (each window's first call, and any call that traced or compiled, left
+    out). `cost_seconds` is the baseline windows' wall time, tracing
+    included; `reason` says why there is none."""
+
+    steps: int = 0
+    no_xla_step_ms: float | None = None
+    xla_step_ms: float | None = None
+    cost_seconds: float = 0.0
+    reason: str = ""
+
+
+@dataclasses.dataclass
+class Verdict(Section):
+    """Did XLA pay off in this run (`keras_xla.core.verdict`)."""
+
+    xla_enabled: bool
+    speedup: float | None
+    baseline_step_ms: float | None
+    xla_step_ms: float | None
+    compile_seconds: float
+    break_even_steps: int | None
+    paid_back: bool | None
+    headline: str
+    next_steps: list = dataclasses.field(default_factory=list)
+    train_steps: int = 0

@@ -1,0 +1,152 @@
+"""The verdict: did XLA pay off in this run, why not, and what next.
+
+It follows the question's own order: is XLA on (and if not, why)? did
+each step get faster, against a no-XLA baseline measured in the same run
+(same weights, same precision, interleaved windows)? did the compile time
+pay back over the run's steps? what cost the most seconds (recompilations
+by cause, a slower step, compile time not paid back)? Every number comes
+from the report of this run.
+
+Pure logic: nothing here imports TensorFlow or Keras.
+"""
+
+from __future__ import annotations
+
+import math
+
+from keras_xla.core import findings as codes
+from keras_xla.core.report import Verdict, XLAReport
+from keras_xla.core.signatures import FINDING_CODES
+
+XLA_SLOWER = "xla-slower"
+COMPILE_NOT_PAID_BACK = "compile-not-paid-back"
+
+
+def baseline_medians(report: XLAReport) -> tuple[float | None, float | None]:
+    """`(no-XLA, XLA)` steady median step ms measured side by side in this
+    run, same precision: the baseline window's, else the trial's."""
+    if report.baseline is not None:
+        return report.baseline.no_xla_step_ms, report.baseline.xla_step_ms
+    decision = report.decision
+    if decision is None or not decision.winner:
+        return None, None
+    policy = decision.winner.split("/", 1)[1]
+    rows = {c.name: c.median_step_ms for c in decision.candidates}
+    return rows.get(f"no_xla/{policy}"), rows.get(f"xla/{policy}")
+
+
+def build(report: XLAReport) -> Verdict:
+    """The verdict of a run, from its report."""
+    jit = report.jit
+    clustering = report.clustering
+    enabled = bool(jit and jit.enabled) or bool(
+        clustering and clustering.mode == "auto-clustering"
+    )
+    steps = sum(e.steps for e in report.epochs)
+    compile_s = round(report.total_compile_seconds, 3)
+    base, xla = baseline_medians(report) if enabled else (None, None)
+    speedup = round(base / xla, 3) if base and xla else None
+    break_even = None
+    if base and xla and base > xla:
+        break_even = math.ceil(compile_s / ((base - xla) / 1000.0))
+    paid_back = (
+        None
+        if speedup is None
+        else bool(break_even is not None and steps >= break_even)
+    )
+    verdict = Verdict(
+        xla_enabled=enabled,
+        speedup=speedup,
+        baseline_step_ms=base,
+        xla_step_ms=xla,
+        compile_seconds=compile_s,
+        break_even_steps=break_even,
+        paid_back=paid_back,
+        headline="",
+        next_steps=next_steps(report, base, xla, steps, compile_s),
+        train_steps=steps,
+    )
+    verdict.headline = headline(report, verdict)
+    return verdict
+
+
+def headline(report: XLAReport, v: Verdict) -> str:
+    """One sentence with the numbers."""
+    if not v.xla_enabled:
+        reason = report.jit.reason if report.jit else "not configured"
+        return f"XLA is off: {reason.rstrip('.')}."
+    if v.speedup is None:
+        why = (
+            report.baseline.reason
+            if report.baseline is not None and report.baseline.reason
+            else "no no-XLA baseline was measured in this run"
+        )
+        return (
+            f"XLA is on and compiling cost {v.compile_seconds:.1f} s; "
+            f"whether it paid off is unknown: {why}."
+        )
+    times = f"{v.baseline_step_ms:.2f} -> {v.xla_step_ms:.2f} ms"
+    if v.speedup <= 1.0:
+        return (
+            f"XLA made each step slower ({times}, {v.speedup:.2f}x) and "
+            f"compiling cost {v.compile_seconds:.1f} s: it did not pay off."
+        )
+    verb = "paid back" if v.paid_back else "pays back"
+    tail = "so it paid off" if v.paid_back else "so it did not pay off yet"
+    return (
+        f"XLA made each step {v.speedup:.2f}x faster ({times}) but "
+        f"compiling cost {v.compile_seconds:.1f} s; it {verb} after "
+        f"{v.break_even_steps:,} steps and this run had {v.train_steps:,}, "
+        f"{tail}."
+    )
+
+
+def next_steps(
+    report: XLAReport,
+    base: float | None,
+    xla: float | None,
+    steps: int,
+    compile_s: float,
+) -> list[dict]:
+    """`{code, seconds, fix}` ranked by the seconds each cost in this run
+    (or would save), the largest first; steps without a measured cost
+    come last."""
+    fixes = {f.code: f.fix for f in report.findings}
+    out: dict[str, dict] = {}
+    for r in report.recompilations:
+        code = FINDING_CODES.get(r.cause, r.cause)
+        entry = out.setdefault(
+            code, {"code": code, "seconds": 0.0, "fix": fixes.get(code, r.fix)}
+        )
+        entry["seconds"] = round(entry["seconds"] + r.compile_seconds, 3)
+    if base and xla and xla > base:
+        lost = (xla - base) / 1000.0 * steps
+        out[XLA_SLOWER] = {
+            "code": XLA_SLOWER,
+            "seconds": round(lost + compile_s, 3),
+            "fix": "Train without XLA (jit_compile=False): the step is "
+            f"faster without it here ({base:.2f} vs {xla:.2f} ms).",
+        }
+    elif base and xla:
+        saved = (base - xla) / 1000.0 * steps
+        if saved < compile_s:
+            out[COMPILE_NOT_PAID_BACK] = {
+                "code": COMPILE_NOT_PAID_BACK,
+                "seconds": round(compile_s - saved, 3),
+                "fix": "Train longer, or keep compiled steps across runs "
+                "with XLATuner(compile_cache=DIR), or train without XLA "
+                "for runs this short.",
+            }
+    for code in (
+        codes.UNSUPPORTED_OP,
+        codes.DISPATCH_BOUND_STEPS,
+        codes.LOW_PRECISION_OUTPUT,
+        codes.MISSING_LOSS_SCALE,
+        codes.AUTO_CLUSTERING_INACTIVE,
+    ):
+        if code in fixes and code not in out:
+            out[code] = {"code": code, "seconds": None, "fix": fixes[code]}
+    return sorted(
+        out.values(),
+        key=lambda e: (e["seconds"] is None, -(e["seconds"] or 0.0)),
+    )

@@ -1,0 +1,149 @@
+"""The verdict: did XLA pay off, on planted cases and in real fits."""
+
+import warnings
+
+import keras
+import numpy as np
+import pytest
+from conftest import conv_model, regression_data
+
+from keras_xla import XLATuner
+from keras_xla.core import render, verdict
+from keras_xla.core.report import (
+    BaselineSection,
+    EpochStats,
+    Finding,
+    JitInfo,
+    Recompilation,
+    XLAReport,
+)
+
+
+def report_with(base_ms, xla_ms, steps, compile_s, recompile_s=()):
+    report = XLAReport(jit=JitInfo(True, True, "on"))
+    report.epochs.append(
+        EpochStats(0, steps, 1, compile_s, 0, {"median": xla_ms}, None)
+    )
+    report.baseline = BaselineSection(4, base_ms, xla_ms, 0.1)
+    for cause, seconds in recompile_s:
+        report.recompilations.append(
+            Recompilation(
+                "train", 0, 1, "x", 0, [8], [4], cause, seconds, "", ""
+            )
+        )
+    return report
+
+
+def test_compile_dominated_run_did_not_pay_off():
+    v = verdict.build(report_with(2.0, 1.0, 15, 1.5))
+    assert (v.speedup, v.break_even_steps, v.paid_back) == (2.0, 1500, False)
+    assert v.headline == (
+        "XLA made each step 2.00x faster (2.00 -> 1.00 ms) but compiling "
+        "cost 1.5 s; it pays back after 1,500 steps and this run had 15, so "
+        "it did not pay off yet."
+    )
+    assert v.next_steps[0]["code"] == "compile-not-paid-back"
+    assert v.next_steps[0]["seconds"] == pytest.approx(1.5 - 15 * 0.001)
+
+
+def test_a_long_run_paid_off_and_a_slower_step_never_does():
+    assert verdict.build(report_with(2.0, 1.0, 3000, 1.5)).paid_back is True
+    slower = verdict.build(report_with(1.0, 1.25, 1000, 0.5))
+    assert (slower.speedup, slower.break_even_steps) == (0.8, None)
+    assert slower.paid_back is False
+    assert "slower" in slower.headline
+    (step,) = slower.next_steps
+    # 1000 steps 0.25 ms slower, plus the compile time.
+    assert step["code"] == "xla-slower"
+    assert step["seconds"] == pytest.approx(0.75)
+
+
+def test_next_steps_are_ranked_by_seconds():
+    report = report_with(
+        2.0,
+        1.0,
+        100_000,
+        0.5,
+        [("partial_batch", 0.25), ("dynamic_dim", 0.5), ("dynamic_dim", 0.5)],
+    )
+    report.findings.append(
+        Finding("dispatch-bound-steps", "info", "m", "Use spe.", 1, 0.0)
+    )
+    steps = verdict.build(report).next_steps
+    assert [(s["code"], s["seconds"]) for s in steps] == [
+        ("dynamic-dimension", 1.0),
+        ("partial-last-batch", 0.25),
+        ("dispatch-bound-steps", None),
+    ]
+
+
+def test_without_a_baseline_the_headline_says_why():
+    report = report_with(None, None, 10, 0.5)
+    report.baseline = BaselineSection(reason="turned off")
+    v = verdict.build(report)
+    assert v.speedup is None and v.paid_back is None
+    assert v.headline.endswith("whether it paid off is unknown: turned off.")
+    report.verdict = v
+    assert render.summary(report).startswith("Verdict: XLA is on")
+
+
+def fit(model, *args, tuner, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return model.fit(*args, callbacks=[tuner], verbose=0, **kwargs)
+
+
+def test_a_real_fit_measures_its_baseline_on_real_steps():
+    x, y = regression_data(16 * 15)  # 15 steps: compiling dominates
+    model = conv_model()
+    tuner = XLATuner(verbose=0, analyze_hlo=False)
+    fit(model, x, y, batch_size=16, epochs=1, tuner=tuner)
+    report = tuner.report
+    baseline, v = report.baseline, report.verdict
+    assert baseline.steps >= 2 and baseline.cost_seconds > 0
+    assert baseline.no_xla_step_ms > 0 and baseline.xla_step_ms > 0
+    assert int(model.optimizer.iterations.numpy()) == 15  # all real steps
+    assert model.jit_compile is True  # XLA kept after the baseline
+    assert report.total_compilations == 1  # the baseline compiles nothing
+    assert v.xla_enabled and v.paid_back is False
+    assert v.break_even_steps is None or v.break_even_steps > 15
+    assert v.speedup == pytest.approx(
+        baseline.no_xla_step_ms / baseline.xla_step_ms, rel=1e-3
+    )
+    out = render.full_report(report, "r").splitlines()
+    assert out[1] == f"Verdict: {v.headline}"
+
+
+def test_a_blocked_model_names_the_layer():
+    keras.utils.set_random_seed(0)
+    lookup = keras.layers.IntegerLookup(vocabulary=[1, 2, 3], name="ids")
+    inputs = keras.Input((4,), dtype="int64")
+    outputs = keras.layers.Dense(1)(keras.ops.cast(lookup(inputs), "float32"))
+    model = keras.Model(inputs, outputs)
+    model.compile("sgd", "mse")
+    tuner = XLATuner(verbose=0)
+    x = np.ones((16, 4), "int64")
+    fit(model, x, np.ones((16, 1)), batch_size=8, tuner=tuner)
+    v = tuner.report.verdict
+    assert v.xla_enabled is False and v.speedup is None
+    assert v.headline.startswith("XLA is off:") and "ids" in v.headline
+
+
+def test_partial_batches_cost_seconds_in_next_steps():
+    x, y = regression_data(40)  # 16, 16, 8
+    tuner = XLATuner(verbose=0, analyze_hlo=False)
+    fit(conv_model(), x, y, batch_size=16, epochs=2, tuner=tuner)
+    steps = {s["code"]: s["seconds"] for s in tuner.report.verdict.next_steps}
+    assert steps["partial-last-batch"] > 0
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_steady_figures_follow_one_rule_with_and_without_xla(jit):
+    # The first call (tracing; compiling with XLA) is out of the steady
+    # figures either way: examples/s agrees with batch / median step.
+    x, y = regression_data(32 * 60)
+    tuner = XLATuner(verbose=0, analyze_hlo=False, jit_compile=jit)
+    fit(conv_model(), x, y, batch_size=32, epochs=1, tuner=tuner)
+    epoch = tuner.report.epochs[0]
+    per_median = 32 / (epoch.step_time_ms["median"] / 1000.0)
+    assert 0.5 < epoch.examples_per_second / per_median < 1.5
