@@ -72,10 +72,19 @@ def run_report(args: argparse.Namespace) -> int:
     except ReportError as error:
         print(f"keras-xla report: {error}", file=sys.stderr)
         return USAGE_ERROR
-    if len(runs) == 1:
+    labels = args.labels or [
+        os.path.basename(os.path.dirname(os.path.abspath(path)))
+        for _, path in runs
+    ]
+    if len(runs) == 1 and args.json:
+        print(runs[0][0].to_json())
+    elif len(runs) == 1:
         print(render.full_report(*runs[0]))
+    elif args.json:
+        first, second = (report for report, _ in runs)
+        print(json.dumps(render.compare(first, second, labels), indent=2))
     else:
-        print(render.comparison(runs))
+        print(render.comparison(runs, labels))
     return 0
 
 
@@ -103,7 +112,16 @@ def build_parser() -> argparse.ArgumentParser:
         "logdir2",
         nargs="?",
         metavar="LOGDIR2",
-        help="a second run to compare with the first (ratio = run2 / run1)",
+        help="a second run to compare with the first (ratio = second / first)",
+    )
+    report.add_argument(
+        "--labels",
+        nargs=2,
+        metavar=("FIRST", "SECOND"),
+        help="names of the two runs (default: their directory names)",
+    )
+    report.add_argument(
+        "--json", action="store_true", help="print the result as JSON"
     )
     report.set_defaults(run=run_report)
     return parser

@@ -328,18 +328,41 @@ def test_report_compares_two_runs(runs):
     result = runs["compare"]
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[:2] == [
-        f"run1: {runs.root / 'first' / 'xla_report.json'}",
-        f"run2: {runs.root / 'second' / 'xla_report.json'}",
+        f"first: {runs.root / 'first' / 'xla_report.json'}",
+        f"second: {runs.root / 'second' / 'xla_report.json'}",
     ]
     assert table(result.stdout, " ") == [
         ["XLA", "on", "on"],
         ["epochs", "3", "3", "1.00"],
-        ["total compilations", "4", "1", "0.25"],
-        ["recompilations", "3", "0", "0.00"],
-        ["compile seconds", "1.10", "0.55", "0.50"],
-        ["median step ms", "2.00", "1.00", "0.50"],
-        ["examples/s", "1200.0", "2400.0", "2.00"],
+        ["train steps", "15", "15", "1.00"],
+        ["compilations", "4", "1", "0.25", "second"],
+        ["recompilations", "3", "0", "0.00", "second"],
+        ["compile seconds", "1.10", "0.55", "0.50", "second"],
+        ["median step ms", "2.00", "1.00", "0.50", "second"],
+        ["examples/s (steady)", "1200.0", "2400.0", "2.00", "second"],
+        ["examples/s incl. compile", "-", "-", "-"],
+        ["verdict: XLA speedup", "-", "-", "-"],
     ]
+    assert result.stdout.strip().splitlines()[-1] == (
+        "second trains faster: 2.00x the steady examples/s; compilations "
+        "4 vs 1."
+    )
+
+
+def test_report_comparison_as_json_with_labels(runs, capsys):
+    first = str(runs.root / "first")
+    second = str(runs.root / "second")
+    argv = ["report", first, second, "--labels", "xla", "tuned", "--json"]
+    assert cli.main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["labels"] == ["xla", "tuned"]
+    assert data["rows"]["compilations"] == {
+        "label": "compilations",
+        "values": [4, 1],
+        "ratio": 0.25,
+        "better": "tuned",
+    }
+    assert data["conclusion"].startswith("tuned trains faster: 2.00x")
 
 
 def test_report_of_a_missing_file_exits_2(runs):

@@ -1,0 +1,171 @@
+"""Is the verdict's speedup true? Against separate fits, side by side.
+
+For each model, in one process: a fit with the default `XLATuner` (XLA on,
+its no-XLA baseline window early in the first epoch) gives
+`report.verdict.speedup`; then separate fits of fresh copies of the model,
+without and with XLA and without the tuner, are timed by an independent
+clock (the median interval between train batch begins, after a warm-up
+epoch). Printed: both speedups and their ratio (goal within 10%), and the
+baseline window's cost as a share of the tuner fit's first epoch.
+
+Models: a residual MLP with LayerNorm and GELU (XLA fuses the elementwise
+work), and a wide Dense network whose matmuls dominate (oneDNN's kernels
+against XLA's).
+
+Run: python benchmarks/verdict_truth.py [--steps 300] [--rounds 3]
+"""
+
+import argparse
+import os
+import platform
+import statistics
+import time
+import warnings
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras_xla  # noqa: E402, I001  (first: before TensorFlow starts)
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from keras_xla.core.render import format_table  # noqa: E402
+
+BATCH = 16
+
+
+def residual_mlp():
+    inputs = keras.Input((64,))
+    x = keras.layers.Dense(256)(inputs)
+    for _ in range(4):
+        h = keras.layers.LayerNormalization()(x)
+        h = keras.layers.Dense(512, activation="gelu")(h)
+        x = x + keras.layers.Dense(256)(h)
+    return keras.Model(inputs, keras.layers.Dense(1)(x))
+
+
+def wide_dense():
+    inputs = keras.Input((64,))
+    x = inputs
+    for _ in range(3):
+        x = keras.layers.Dense(2048, activation="relu")(x)
+    return keras.Model(inputs, keras.layers.Dense(1)(x))
+
+
+class StepClock(keras.callbacks.Callback):
+    """Median interval between train batch begins (one clock read each)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stamps = []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.stamps.append(time.perf_counter())
+
+    def median_ms(self):
+        gaps = np.diff(self.stamps[1:])  # the first interval compiles
+        return 1000.0 * float(np.median(gaps))
+
+
+def compiled(build, jit):
+    keras.utils.set_random_seed(0)
+    model = build()
+    model.compile("adam", "mse", jit_compile=jit)
+    return model
+
+
+def data(steps):
+    rng = np.random.default_rng(0)
+    n = steps * BATCH
+    return rng.random((n, 64), dtype=np.float32), rng.random(
+        (n, 1), dtype=np.float32
+    )
+
+
+def quiet_fit(model, x, y, callbacks, epochs=1):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.fit(
+            x,
+            y,
+            batch_size=BATCH,
+            epochs=epochs,
+            verbose=0,
+            callbacks=callbacks,
+        )
+
+
+def tuner_fit(build, x, y):
+    model = compiled(build, True)
+    tuner = keras_xla.XLATuner(verbose=0, analyze_hlo=False)
+    start = time.perf_counter()
+    quiet_fit(model, x, y, [tuner])
+    epoch_s = time.perf_counter() - start
+    return tuner.report, epoch_s
+
+
+def separate_fit(build, jit, x, y):
+    model = compiled(build, jit)
+    quiet_fit(model, x[: 20 * BATCH], y[: 20 * BATCH], [])  # warm-up
+    clock = StepClock()
+    quiet_fit(model, x, y, [clock])
+    return clock.median_ms()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    x, y = data(args.steps)
+    rows = [
+        (
+            "model",
+            "round",
+            "verdict speedup",
+            "separate fits",
+            "ratio",
+            "baseline s",
+            "share of epoch",
+        )
+    ]
+    ratios = {}
+    for name, build in (
+        ("residual MLP", residual_mlp),
+        ("wide Dense", wide_dense),
+    ):
+        for r in range(args.rounds):
+            report, epoch_s = tuner_fit(build, x, y)
+            no_xla = separate_fit(build, False, x, y)
+            xla = separate_fit(build, True, x, y)
+            truth = no_xla / xla
+            said = report.verdict.speedup
+            ratio = said / truth if said else float("nan")
+            ratios.setdefault(name, []).append(ratio)
+            cost = report.baseline.cost_seconds
+            rows.append(
+                (
+                    name,
+                    str(r),
+                    f"{said:.3f}" if said else "-",
+                    f"{truth:.3f} ({no_xla:.2f}/{xla:.2f} ms)",
+                    f"{ratio:.3f}",
+                    f"{cost:.3f}",
+                    f"{100 * cost / epoch_s:.1f}%",
+                )
+            )
+    print(
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} "
+        f"cores, TensorFlow {tf.__version__}; {args.steps} steps of batch "
+        f"{BATCH} per fit"
+    )
+    print("\n".join(format_table(rows)))
+    for name, values in ratios.items():
+        print(
+            f"{name}: median ratio {statistics.median(values):.3f} "
+            f"(goal 0.90-1.10)"
+        )
+
+
+if __name__ == "__main__":
+    main()
