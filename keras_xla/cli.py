@@ -93,6 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="keras-xla",
         description="Check XLA's setup and read keras_xla reports.",
     )
+    from keras_xla import __version__
+
+    parser.add_argument(
+        "--version", action="version", version=f"keras-xla {__version__}"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     doctor = commands.add_parser(
         "doctor",

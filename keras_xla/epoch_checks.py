@@ -65,4 +65,5 @@ def lint(
         compile_seconds,
         params,
         misaligned,
+        stats.steps,
     )

@@ -293,18 +293,36 @@ class FitRun:
         records = self.log.take("train", self.counting)
         stats = self.accountant.finish_epoch(records)
         stats.jit_compile = bool(self.jit_on)
-        if self._clustering:
-            self.report.clustering.clusters = dict(self.log.clusters)
+        # Each stage fails on its own, and the JSON is written first of
+        # the outputs: it is what must survive a crash.
+        for stage in (self._label_cache, self._check, self._conclude):
+            self._safely(stage.__name__, stage, stats, records)
+        self._write_outputs(stats, records)
+        self._decided = False
+        self._steps_done += stats.steps
+
+    def _safely(self, what: str, fn, *args) -> None:
+        try:
+            fn(*args)
+        except Exception as error:  # noqa: BLE001 - never stop training
+            if self.settings.strict:
+                raise
+            self.book.add(
+                codes.OUTPUT_FAILED,
+                f"{what} failed: {type(error).__name__}: {error}",
+                "Check that log_dir is a writable directory; the other "
+                "outputs were written.",
+                (what,),
+            )
+
+    def _label_cache(self, stats, records) -> None:
         status = self.settings.cache_status
         if status is not None and status.active:
-            hits_misses = cache_lib.label_epoch(
-                self.report.compile_cache,
-                stats.epoch,
-                self.report.compile_log,
-                self._cache_before,
-                status.directory,
+            cache_lib.label_stats(
+                self.report, stats, self._cache_before, status.directory
             )
-            stats.compile_cache_hits, stats.compile_cache_misses = hits_misses
+
+    def _check(self, stats, records) -> None:
         s, found = self.settings, []
         if not self._hlo_done and s.analyze_hlo and self.jit_on:
             variant = self.functions and self.functions.active("train")
@@ -324,14 +342,16 @@ class FitRun:
         )
         for code, message, fix in found:
             self.book.add(code, message, fix)
+
+    def _conclude(self, stats, records) -> None:
+        if self._clustering:
+            self.report.clustering.clusters = dict(self.log.clusters)
         if self.window is not None and self.report.profile is not None:
             # The report learns of a run's compilations when it ends.
             self.report.profile.tuner_compilations = self.window.count_inside(
                 self.report.compile_log
             )
         self.report.verdict = verdict_lib.build(self.report)
-        self._write_epoch(stats, records)
-        self._steps_done += stats.steps
 
     # The profiler window.
 
@@ -352,18 +372,18 @@ class FitRun:
 
     # Outputs.
 
-    def _write_epoch(self, stats: report_lib.EpochStats, records) -> None:
-        if self.writer is not None:
-            write_epoch(
-                self.writer,
-                stats,
-                self.report,
-                self._decided,
-                records,
-                self._steps_done,
-            )
-            self._decided = False
-            self.report.write(self.settings.log_dir)
+    def _write_outputs(self, stats=None, records=()) -> None:
+        """The JSON first, then TensorBoard (the epoch's, or closing the
+        writer at train end), each on its own."""
+        log_dir = self.settings.log_dir
+        if not log_dir:
+            return
+        self._safely("the report JSON", self.report.write, log_dir)
+        if stats is None:
+            self._safely("TensorBoard summaries", self.writer.close)
+            return
+        args = (stats, self.report, self._decided, records, self._steps_done)
+        self._safely("TensorBoard summaries", write_epoch, self.writer, *args)
 
     def end(self) -> str | None:
         """Ends the fit; returns the summary text (None if inactive)."""
@@ -376,17 +396,5 @@ class FitRun:
         if self.functions is not None:
             self.functions.unwrap(self.model)
         self.report.verdict = verdict_lib.build(self.report)
-        if self.writer is not None:
-            self.report.write(self.settings.log_dir)
-            self.writer.close()
+        self._write_outputs()
         return render.summary(self.report)
-
-    def tuner_error(self, hook: str, error: Exception) -> None:
-        """Records a failure of the tuner itself; training goes on."""
-        self.book.add(
-            codes.TUNER_ERROR,
-            f"XLATuner failed in {hook}: {type(error).__name__}: {error}",
-            "Please report this with the log; training continued without "
-            "this diagnostic.",
-            (hook, type(error).__name__, str(error)),
-        )

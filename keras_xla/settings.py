@@ -10,6 +10,8 @@ import dataclasses
 import os
 from typing import Any
 
+import numpy as np
+
 from keras_xla import trial_runner
 from keras_xla.core import findings
 from keras_xla.core.trial import AUTO, validate_budget
@@ -87,13 +89,19 @@ def check_arguments(
     mixed_precision: Any,
     trial_budget: Any,
     baseline: Any = True,
+    strict: Any = False,
 ) -> None:
-    """Raises `ValueError` for the first unsupported argument."""
-    if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
+    """Raises `ValueError` for the first unsupported argument, naming it,
+    the value received and the fix."""
+    if log_dir is not None and (
+        not isinstance(log_dir, (str, os.PathLike)) or not os.fspath(log_dir)
+    ):
         raise ValueError(
             f"Unsupported value `XLATuner(log_dir={log_dir!r})`: pass a "
             "directory path or None."
         )
+    if profile_steps is not None:
+        check_profile_steps(profile_steps)
     for name, value, choices in (
         ("jit_compile", jit_compile, (*jit_lib.JIT_CHOICES, "auto")),
         ("verbose", verbose, (0, 1)),
@@ -105,6 +113,11 @@ def check_arguments(
                 f"Unsupported value `XLATuner({name}={value!r})`. "
                 f"Possible choices are: {', '.join(map(repr, choices))}."
             )
+    if not isinstance(strict, (bool, np.bool_)):
+        raise ValueError(
+            f"Unsupported value `XLATuner(strict={strict!r})`: pass True "
+            "(raise on the tuner's own failures) or False."
+        )
     if profile_steps is not None and log_dir is None:
         raise ValueError(
             f"`XLATuner(profile_steps={profile_steps!r})` needs a log_dir."
@@ -126,6 +139,30 @@ def check_arguments(
             f"Unsupported value `XLATuner(baseline={baseline!r})`: pass True "
             "(measure a no-XLA baseline window) or False."
         )
-    validate_budget(trial_budget)
+    validate_budget(as_int(trial_budget))
     if mixed_precision not in (None, AUTO):
         precision_lib.float_policy(mixed_precision, "XLATuner(mixed_precision")
+
+
+def as_int(value: Any) -> Any:
+    """A numpy integer as a Python int (anything else unchanged)."""
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+def check_profile_steps(steps: Any) -> tuple[int, int]:
+    """`(start, stop)` global train steps with 0 <= start <= stop."""
+    fix = (
+        f"Unsupported value `XLATuner(profile_steps={steps!r})`: pass "
+        "(start, stop), two integers with 0 <= start <= stop, e.g. (10, 20)."
+    )
+    if not isinstance(steps, (tuple, list)) or len(steps) != 2:
+        raise ValueError(fix)
+    start, stop = (as_int(v) for v in steps)
+    ints = all(
+        isinstance(v, int) and not isinstance(v, bool) for v in (start, stop)
+    )
+    if not ints or not 0 <= start <= stop:
+        raise ValueError(fix)
+    return start, stop

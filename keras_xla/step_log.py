@@ -81,6 +81,8 @@ class StepLog:
             traces = [(offset + t, s) for t, s in probe.pop_traces()]
             attach_steps(records, steps, traces, next_step)
             self._probed = self._probed or bool(probe.steps_recorded)
+            # An empty dataset: the function traced, and no step ran.
+            self._probed = self._probed or (probe.traced and not steps)
             if self._probed:
                 # A call that ran no step: with a dataset of unknown
                 # length, Keras's last call only finds the end of data.

@@ -14,9 +14,15 @@ import os
 import keras
 from keras.src.utils import io_utils
 
+from keras_xla.core import findings as codes
 from keras_xla.core.report import XLAReport
 from keras_xla.fit_run import FitRun
-from keras_xla.settings import Settings, check_arguments
+from keras_xla.settings import (
+    Settings,
+    as_int,
+    check_arguments,
+    check_profile_steps,
+)
 from keras_xla.tf_backend import compile_cache as cache_lib
 from keras_xla.tf_backend import flags as flags_lib
 from keras_xla.tf_backend.unsupported import XLAUnsupportedOpError
@@ -65,7 +71,7 @@ class XLATuner(keras.callbacks.Callback):
     `ignored-xla-flag-text`, `missing-xla-flags-file`; the tuner's own
     `compile-cache-inactive`, `profiler-busy`, `hlo-analysis-off`,
     `hlo-analysis-failed`,
-    `trial-skipped`, `tuner-error`.
+    `trial-skipped`, `tuner-error`, `no-steps`, `output-failed`.
 
     The report (`tuner.report`) is also written to
     `<log_dir>/xla_report.json` at every epoch end and at train end.
@@ -170,14 +176,17 @@ class XLATuner(keras.callbacks.Callback):
             mixed_precision=mixed_precision,
             trial_budget=trial_budget,
             baseline=baseline,
+            strict=strict,
         )
         self.strict = bool(strict)
         self.log_dir = os.fspath(log_dir) if log_dir is not None else None
         self.on_unsupported = on_unsupported
         self.analyze_hlo = analyze_hlo
         self.peak_flops = peak_flops
-        self.profile_steps = tuple(profile_steps) if profile_steps else None
-        self.trial_budget = trial_budget
+        self.profile_steps = (
+            check_profile_steps(profile_steps) if profile_steps else None
+        )
+        self.trial_budget = as_int(trial_budget)
         self.baseline = baseline
         self.mixed_precision = mixed_precision
         # A bad TF_XLA_FLAGS/XLA_FLAGS aborts the process at the first XLA
@@ -277,4 +286,10 @@ class XLATuner(keras.callbacks.Callback):
             if self.strict or isinstance(error, XLAUnsupportedOpError):
                 raise
             logger.exception("keras_xla: XLATuner failed in %s", hook)
-            self._run.tuner_error(hook, error)
+            self._run.book.add(
+                codes.TUNER_ERROR,
+                f"XLATuner failed in {hook}: {type(error).__name__}: {error}",
+                "Please report this with the log; training continued "
+                "without this diagnostic.",
+                (hook, type(error).__name__, str(error)),
+            )

@@ -436,3 +436,12 @@ def test_report_renders_the_trial_decision(tmp_path):
     assert "1.50x" in part[2] and "36 steps" in part[2]
     assert "| `no_xla/mixed_bfloat16` | 12 | 4.00 | 0.40 |" in part
     assert out.index("Trial decision") < out.index("Findings (1)")
+
+
+def test_version(capsys):
+    from keras_xla import __version__
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"keras-xla {__version__}"

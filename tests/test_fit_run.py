@@ -124,3 +124,34 @@ def test_evaluate_between_fits_is_not_booked_to_the_next_fit(profiled):
     shapes = [c["shapes"]["x"][0] for c in report.outside_compilations]
     assert shapes == [8, 4]
     assert report.outside_compilations[0]["found"] == "before the fit"
+
+
+def test_an_empty_dataset_trains_no_step_and_says_so():
+    model, tuner = conv_model(), XLATuner(verbose=0, analyze_hlo=False)
+    fit(model, generator_data(16, 4).take(0), tuner, epochs=1)
+    report = tuner.report
+    assert [e.steps for e in report.epochs] == [0]
+    assert report.epochs[0].step_time_ms["median"] is None
+    assert "no-steps" in report.finding_codes()
+
+
+def test_an_unwritable_tensorboard_run_keeps_the_json(tmp_path):
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir()
+    (log_dir / "train").write_text("a file where the run folder goes")
+    x, y = regression_data(32)
+    tuner = XLATuner(log_dir=str(log_dir), verbose=0, analyze_hlo=False)
+    history = fit(
+        conv_model(),
+        tf.data.Dataset.from_tensor_slices((x, y)).batch(16),
+        tuner,
+        epochs=2,
+    )
+    assert len(history.history["loss"]) == 2
+    import json
+
+    data = json.loads((log_dir / "xla_report.json").read_text())
+    assert [e["epoch"] for e in data["epochs"]] == [0, 1]
+    failed = [f for f in tuner.report.findings if f.code == "output-failed"]
+    assert failed and failed[0].message.startswith("TensorBoard summaries")
+    assert "tuner-error" not in tuner.report.finding_codes()

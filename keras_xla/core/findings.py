@@ -77,6 +77,8 @@ HLO_ANALYSIS_FAILED = "hlo-analysis-failed"
 HLO_ANALYSIS_OFF = "hlo-analysis-off"
 TRIAL_SKIPPED = "trial-skipped"
 TUNER_ERROR = "tuner-error"
+NO_STEPS = "no-steps"
+OUTPUT_FAILED = "output-failed"
 
 CODES: dict[str, Code] = _table(
     (PARTIAL_LAST_BATCH, "warning", "a short last batch recompiled"),
@@ -116,6 +118,8 @@ CODES: dict[str, Code] = _table(
     (HLO_ANALYSIS_OFF, "info", "no free source of the step's HLO"),
     (TRIAL_SKIPPED, "warning", "the XLA/precision trial did not decide"),
     (TUNER_ERROR, "error", "the tuner failed; training went on"),
+    (NO_STEPS, "warning", "an epoch trained no step"),
+    (OUTPUT_FAILED, "error", "an output could not be written"),
 )
 
 

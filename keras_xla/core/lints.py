@@ -77,10 +77,23 @@ def epoch_lints(
     compile_seconds: float,
     params: dict | None,
     misaligned: list[str] = (),
+    steps: int | None = None,
 ) -> list[tuple[str, str, str]]:
     """Every lint of one epoch, as `(code, message, fix)`; the
     first-epoch lints (alignment, compile cost) only for epoch 0."""
     found = []
+    if steps == 0:
+        found.append(
+            (
+                codes.NO_STEPS,
+                (
+                    f"Epoch {epoch} trained no step: the dataset gave no "
+                    "batch.",
+                    "Check the dataset (filters, take/skip, a generator that "
+                    "ends at once) and steps_per_epoch.",
+                ),
+            )
+        )
     if epoch == 0:
         found.append(
             (codes.TENSOR_CORE_ALIGNMENT, tensor_core_alignment(misaligned))

@@ -258,6 +258,18 @@ INACTIVE_FIX = (
 )
 
 
+def label_stats(report, stats, before: dict[str, float], directory: str):
+    """`label_epoch` for the epoch of `stats` (an `EpochStats`), whose
+    hit and miss counts it sets."""
+    stats.compile_cache_hits, stats.compile_cache_misses = label_epoch(
+        report.compile_cache,
+        stats.epoch,
+        report.compile_log,
+        before,
+        directory,
+    )
+
+
 def label_epoch(
     section: CompileCacheSection,
     epoch: int,

@@ -141,6 +141,11 @@ class ShapeProbe:
     def steps_recorded(self) -> int:
         return self._last_step
 
+    @property
+    def traced(self) -> bool:
+        """Whether a step function carrying this probe was traced."""
+        return bool(self._traces)
+
     @tf.autograph.experimental.do_not_convert
     def record(self, data: Any) -> None:
         """Adds the recording ops to the step being traced."""
