@@ -41,6 +41,10 @@ class XLATuner(keras.callbacks.Callback):
     `steps_per_execution > 1` and across `fit` calls), estimates their cost
     and names the input, dimension, shapes, cause and fix of each
     recompilation. When Keras silently keeps XLA off, the report says why.
+    Auto-clustering (`set_jit`, `--tf_xla_auto_jit`) is detected and its
+    clusters' compilations counted too. Every run ends with a verdict
+    (`report.verdict`): did XLA pay off against a no-XLA baseline measured
+    in the same run, by how much, and the next step worth the most seconds.
 
     Logged metrics (TensorBoard scalars in `<log_dir>/train`, one point per
     epoch, step = epoch): `xla/compilations` (train and validation, first
@@ -51,8 +55,10 @@ class XLATuner(keras.callbacks.Callback):
     when XLA is on at the epoch's end); after the HLO analysis
     `xla/fusion_ratio`, `xla/kernels_per_step` and `xla/achieved_tflops`;
     with `compile_cache`, `xla/compile_cache_hits` and
-    `xla/compile_cache_misses`. Text: `xla/findings` (a Markdown table)
-    and, after a trial, `xla/decision`.
+    `xla/compile_cache_misses`. One point per train call (step = global
+    train step, written at epoch end): `xla/step_time_ms`. Text:
+    `xla/findings` (a Markdown table) and `xla/verdict`, each when it
+    changed, and, after a trial, `xla/decision`.
 
     Finding codes (all defined in `keras_xla.core.findings.CODES`):
     recompilation causes `partial-last-batch`, `batch-size-change`,

@@ -4,10 +4,9 @@ compilations outside the fit."""
 
 import warnings
 
-import keras
-import numpy as np
 import tensorflow as tf
 from conftest import conv_model, regression_data
+from test_tuner import text_model, token_dataset
 
 from keras_xla import XLATuner
 
@@ -19,39 +18,12 @@ def fit(model, data, tuner, **kwargs):
         return model.fit(data, callbacks=[tuner], **kwargs)
 
 
-def text_model():
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential(
-        [
-            keras.Input((None,), dtype="int64"),
-            keras.layers.Embedding(50, 8),
-            keras.layers.GlobalAveragePooling1D(),
-            keras.layers.Dense(1, activation="sigmoid"),
-        ]
-    )
-    model.compile("adam", "binary_crossentropy")
-    return model
-
-
-def padded_text(lengths, batch_size):
-    rng = np.random.default_rng(0)
-    seqs = [rng.integers(1, 50, size=n) for n in lengths]
-    ds = tf.data.Dataset.from_generator(
-        lambda: ((s, np.float32(len(s) % 2)) for s in seqs),
-        output_signature=(
-            tf.TensorSpec([None], tf.int64),
-            tf.TensorSpec([], tf.float32),
-        ),
-    )
-    return ds.padded_batch(batch_size)
-
-
 def test_short_padded_last_batch_is_a_partial_batch(profiled):
     # Batches of 4 padded to 9, 9, then a last batch of 2 padded to 3.
     lengths = [9, 2, 3, 4, 5, 9, 1, 2, 3, 1]
     model, tuner = text_model(), XLATuner(verbose=0, analyze_hlo=False)
     with profiled() as events:
-        fit(model, padded_text(lengths, 4), tuner, epochs=1)
+        fit(model, token_dataset(lengths, 4), tuner, epochs=1)
     report = tuner.report
     assert report.total_compilations == len(events) == 2
     (recompilation,) = report.recompilations
