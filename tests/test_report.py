@@ -132,3 +132,13 @@ def test_summary_table_and_markdown():
 
 def test_format_table_aligns():
     assert format_table([("a", "10"), ("bbb", "2")]) == ["a    10", "bbb   2"]
+
+
+def test_a_report_with_nulls_and_unknown_keys_is_read():
+    data = sample_report().to_dict()
+    data["epochs"][0]["added_by_a_newer_writer"] = 1
+    data["findings"] = None
+    data["jit"]["note"] = "unknown here"
+    report = XLAReport.from_dict(data)
+    assert report.findings == [] and report.epochs[0].steps == 5
+    assert report.jit.enabled is True

@@ -54,7 +54,8 @@ def format_table(rows: list[tuple[str, ...]]) -> list[str]:
 
 def epoch_row(e: EpochStats) -> tuple[str, ...]:
     counts = (e.epoch, e.steps, e.compilations, e.recompilations)
-    times = (e.compile_seconds, *map(e.step_time_ms.get, ("median", "p90")))
+    step_ms = e.step_time_ms or {}
+    times = (e.compile_seconds, *map(step_ms.get, ("median", "p90")))
     return (
         *map(str, counts),
         *map(number, times),
@@ -280,7 +281,9 @@ def run_totals(report: XLAReport) -> dict[str, float | None]:
         "compilations": report.total_compilations,
         "recompilations": sum(e.recompilations for e in epochs),
         "compile_seconds": report.total_compile_seconds,
-        "median_step_ms": median(e.step_time_ms.get("median") for e in epochs),
+        "median_step_ms": median(
+            (e.step_time_ms or {}).get("median") for e in epochs
+        ),
         "examples_per_second": median(e.examples_per_second for e in epochs),
         "examples_per_second_overall": median(
             e.examples_per_second_overall for e in epochs

@@ -222,15 +222,13 @@ class XLAReport:
             )
         jit = data.get("jit")
         return cls(
-            environment=dict(data.get("environment", {})),
-            jit=JitInfo(**jit) if jit else None,
-            epochs=[EpochStats(**e) for e in data.get("epochs", [])],
-            recompilations=[
-                Recompilation(**r) for r in data.get("recompilations", [])
-            ],
-            findings=[Finding(**f) for f in data.get("findings", [])],
-            compile_log=[Compilation(**c) for c in data.get("compile_log", [])],
-            outside_compilations=list(data.get("outside_compilations", [])),
+            environment=dict(data.get("environment") or {}),
+            jit=_known(JitInfo, jit) if jit else None,
+            epochs=_rows(EpochStats, data.get("epochs")),
+            recompilations=_rows(Recompilation, data.get("recompilations")),
+            findings=_rows(Finding, data.get("findings")),
+            compile_log=_rows(Compilation, data.get("compile_log")),
+            outside_compilations=list(data.get("outside_compilations") or []),
             compile_cache=CompileCacheSection.from_dict(
                 data.get("compile_cache")
             ),
@@ -266,6 +264,17 @@ class XLAReport:
         from keras_xla.core import render
 
         return render.decision_markdown(self.decision)
+
+
+def _known(cls: type, data: dict):
+    """`cls(**data)` with the keys this version knows (a newer writer may
+    add some); a missing required key raises `TypeError`."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def _rows(cls: type, rows: list | None) -> list:
+    return [_known(cls, row) for row in rows or []]
 
 
 def _json_default(obj: Any) -> Any:
