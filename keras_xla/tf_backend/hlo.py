@@ -9,7 +9,9 @@ tensors; `analyze()`, a pure function of protos, turns it into `HloStats`.
   async-update, async-done) nor `CONTROL_FLOW_OPCODES` (while, conditional,
   call, async-start, whose computations are walked instead).
 - *Kernel*: a compute op reached from the entry computation, directly or
-  through control flow, outside any fusion: one launch of work. A fusion
+  through control flow, outside any fusion: one launch of work. Kernels
+  made only of the tuner's shape probe ops (name scope `PROBE_SCOPE`)
+  are left out: they are the tuner's work, not the model's. A fusion
   runs the compute ops of its fused computation (nested fusions unpacked;
   `to_apply` reducers and comparators belong to their op).
 - *Fused op*: a compute op whose kernel runs at least two. XLA:CPU wraps
@@ -38,6 +40,9 @@ NO_OP_OPCODES = frozenset(
     " async-done".split()
 )
 CONTROL_FLOW_OPCODES = frozenset("while conditional call async-start".split())
+# The name scope of the tuner's shape probe: kernels made only of its ops
+# are the tuner's, not the model's, and are left out of the statistics.
+PROBE_SCOPE = "keras_xla_probe"
 SERIALIZED_STAGES = ("hlo_serialized", "optimized_hlo_serialized")
 TEXT_STAGES = ("hlo", "optimized_hlo", "optimized_hlo_dot")
 
@@ -228,6 +233,8 @@ def _kernels(module: hlo_pb2.HloModuleProto) -> tuple[list[_Kernel], int]:
                     if inst.opcode == "fusion"
                     else [(computation_id, inst)]
                 )
+                if all(PROBE_SCOPE in op.metadata.op_name for _, op in ops):
+                    continue  # the tuner's probe, not the model's work
                 flops = sum(
                     instruction_flops(
                         op, [shapes[where, i] for i in op.operand_ids]

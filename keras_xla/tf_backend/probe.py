@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_xla.core.signatures import Signature, TensorSignature
+from keras_xla.tf_backend.hlo import PROBE_SCOPE
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +149,12 @@ class ShapeProbe:
 
     @tf.autograph.experimental.do_not_convert
     def record(self, data: Any) -> None:
-        """Adds the recording ops to the step being traced."""
+        """Adds the recording ops to the step being traced, under the
+        `PROBE_SCOPE` name scope (so the HLO analysis can leave them out)."""
+        with tf.name_scope(PROBE_SCOPE):
+            self._record(data)
+
+    def _record(self, data: Any) -> None:
         pairs = flatten_with_paths(data)
         entries = [
             (path, tuple(t.shape.as_list()), t.dtype.name) for path, t in pairs
