@@ -142,3 +142,32 @@ def test_a_report_with_nulls_and_unknown_keys_is_read():
     report = XLAReport.from_dict(data)
     assert report.findings == [] and report.epochs[0].steps == 5
     assert report.jit.enabled is True
+
+
+def test_the_cli_report_shows_hlo_and_profile_sections():
+    from keras_xla.core import render
+    from keras_xla.core.report import HloSection, ProfileSection
+
+    report = sample_report()
+    report.hlo = HloSection(
+        0,
+        {"x": [16, 6]},
+        0.02,
+        22,
+        13,
+        0.83,
+        0,
+        0,
+        6144,
+        ["dot a f32[2]"],
+        0.001,
+        0.1,
+        0.01,
+        source="compile ledger",
+    )
+    report.profile = ProfileSection([3, 4], "logs/plugins/profile", [], 2, [])
+    report.profile.tuner_compilations = 1
+    out = render.full_report(report, "r")
+    assert "from the compile ledger" in out and "FLOPs per step 6,144" in out
+    assert "utilization 1.0%" in out and "largest unfused: dot a f32[2]" in out
+    assert "the profiler saw 2 XLA compilations, the tuner 1: DIFFERS" in out

@@ -241,6 +241,7 @@ def full_report(report: XLAReport, path: str) -> str:
     lines += format_table(rows) if report.recompilations else []
     if report.decision:
         lines += ["", "Trial decision", decision_markdown(report.decision)]
+    lines += hlo_lines(report.hlo) + profile_lines(report.profile)
     lines += ["", f"Findings ({len(report.findings)})"]
     for f in report.findings:
         lines.append(
@@ -265,6 +266,53 @@ COMPARED = (
     ("examples_per_second_overall", "examples/s incl. compile", +1, 1),
     ("speedup", "verdict: XLA speedup", 0, 2),
 )
+
+
+def hlo_lines(hlo) -> list[str]:
+    """The HLO section: what XLA made of the train step."""
+    if hlo is None:
+        return []
+    source = hlo.source or "compiled again"
+    lines = [
+        "",
+        f"HLO of the train step (epoch {hlo.epoch}, shapes {hlo.shapes}; "
+        f"from the {source}, {hlo.analysis_seconds:.3f} s)",
+        f"  kernels per step {hlo.kernels_per_step}, fusions {hlo.fusions},"
+        f" fusion ratio {hlo.fusion_ratio:.3f}, converts {hlo.converts} "
+        f"({hlo.unfused_converts} unfused), FLOPs per step "
+        f"{hlo.flops_per_step:,}",
+    ]
+    if hlo.achieved_tflops is not None:
+        peak = (
+            f" of {hlo.peak_tflops:g} peak, utilization "
+            f"{100 * hlo.utilization:.1f}%"
+            if hlo.utilization is not None
+            else " (no peak measured: keras-xla doctor measures it)"
+        )
+        lines.append(f"  achieved {hlo.achieved_tflops:g} TFLOP/s{peak}")
+    if hlo.largest_unfused:
+        lines.append("  largest unfused: " + "; ".join(hlo.largest_unfused))
+    return lines
+
+
+def profile_lines(profile) -> list[str]:
+    """The profile window: its trace, and whether the profiler's count of
+    compilations agrees with the tuner's."""
+    if profile is None:
+        return []
+    start, stop = profile.steps
+    tuner = profile.tuner_compilations
+    agree = (
+        "agrees"
+        if tuner == profile.profiler_compilations
+        else "DIFFERS from the tuner's count"
+    )
+    return [
+        "",
+        f"Profile of train steps {start}-{stop} ({profile.directory})",
+        f"  the profiler saw {profile.profiler_compilations} XLA "
+        f"compilations, the tuner {tuner}: {agree}",
+    ]
 
 
 def run_totals(report: XLAReport) -> dict[str, float | None]:
