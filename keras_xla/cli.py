@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TF loads
 
-from keras_xla.core import render  # noqa: E402
+from keras_xla.core import compare, render  # noqa: E402
 from keras_xla.core.report import REPORT_FILENAME, XLAReport  # noqa: E402
 from keras_xla.tf_backend import doctor  # noqa: E402
 
@@ -82,9 +82,9 @@ def run_report(args: argparse.Namespace) -> int:
         print(render.full_report(*runs[0]))
     elif args.json:
         first, second = (report for report, _ in runs)
-        print(json.dumps(render.compare(first, second, labels), indent=2))
+        print(json.dumps(compare.compare(first, second, labels), indent=2))
     else:
-        print(render.comparison(runs, labels))
+        print(compare.comparison(runs, labels))
     return 0
 
 

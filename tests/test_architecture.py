@@ -14,13 +14,16 @@ from keras_xla.core.report import Decision
 
 CORE = (
     "accounting",
+    "compare",
     "findings",
     "lints",
     "render",
     "report",
+    "sections",
     "signatures",
     "timing",
     "trial",
+    "verdict",
 )
 
 

@@ -1,16 +1,15 @@
 """Text and Markdown renderings of an `XLAReport`.
 
 One renderer for every place a report is read: the train-end summary,
-`keras-xla report` (one run, or two compared), and TensorBoard's text
-summaries. The same epoch table, with the same column names, serves the
-summary and the command line.
+`keras-xla report` (two runs compared: `core/compare.py`), and
+TensorBoard's text summaries. The same epoch table, with the same
+column names, serves the summary and the command line.
 
 Pure logic: nothing here imports TensorFlow or Keras.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 
 from keras_xla.core.report import (
@@ -253,21 +252,6 @@ def full_report(report: XLAReport, path: str) -> str:
     return "\n".join(lines)
 
 
-# Comparison rows: key, label, which way is better (+1 higher, -1 lower,
-# 0 neither), digits (None: an integer).
-COMPARED = (
-    ("epochs", "epochs", 0, None),
-    ("steps", "train steps", 0, None),
-    ("compilations", "compilations", -1, None),
-    ("recompilations", "recompilations", -1, None),
-    ("compile_seconds", "compile seconds", -1, 2),
-    ("median_step_ms", "median step ms", -1, 2),
-    ("examples_per_second", "examples/s (steady)", +1, 1),
-    ("examples_per_second_overall", "examples/s incl. compile", +1, 1),
-    ("speedup", "verdict: XLA speedup", 0, 2),
-)
-
-
 def hlo_lines(hlo) -> list[str]:
     """The HLO section: what XLA made of the train step."""
     if hlo is None:
@@ -313,102 +297,3 @@ def profile_lines(profile) -> list[str]:
         f"  the profiler saw {profile.profiler_compilations} XLA "
         f"compilations, the tuner {tuner}: {agree}",
     ]
-
-
-def run_totals(report: XLAReport) -> dict[str, float | None]:
-    """Per-run totals; step time and examples/s are medians over epochs."""
-
-    def median(values):
-        values = [v for v in values if v is not None]
-        return statistics.median(values) if values else None
-
-    epochs = report.epochs
-    return {
-        "epochs": len(epochs),
-        "steps": sum(e.steps for e in epochs),
-        "compilations": report.total_compilations,
-        "recompilations": sum(e.recompilations for e in epochs),
-        "compile_seconds": report.total_compile_seconds,
-        "median_step_ms": median(
-            (e.step_time_ms or {}).get("median") for e in epochs
-        ),
-        "examples_per_second": median(e.examples_per_second for e in epochs),
-        "examples_per_second_overall": median(
-            e.examples_per_second_overall for e in epochs
-        ),
-        "speedup": report.verdict.speedup if report.verdict else None,
-    }
-
-
-def compare(first: XLAReport, second: XLAReport, labels=("A", "B")) -> dict:
-    """Two runs side by side: each row's values, `second / first`, which
-    run is better, and a one-line conclusion."""
-    totals = run_totals(first), run_totals(second)
-    rows = {}
-    for key, label, direction, _ in COMPARED:
-        a, b = totals[0][key], totals[1][key]
-        ratio = round(b / a, 4) if a and b is not None else None
-        better = None
-        if direction and a is not None and b is not None and a != b:
-            better = labels[(b > a) == (direction > 0)]
-        rows[key] = {"label": label, "values": [a, b], "ratio": ratio}
-        rows[key]["better"] = better
-    return {
-        "labels": list(labels),
-        "rows": rows,
-        "conclusion": _conclude(rows, labels),
-    }
-
-
-def _conclude(rows: dict, labels) -> str:
-    steady = rows["examples_per_second"]
-    overall = rows["examples_per_second_overall"]
-    if steady["ratio"] is None:
-        return "No steady throughput to compare."
-    faster = labels[1] if steady["ratio"] > 1 else labels[0]
-    times = steady["ratio"] if steady["ratio"] > 1 else 1 / steady["ratio"]
-    text = f"{faster} trains faster: {times:.2f}x the steady examples/s"
-    if overall["ratio"]:
-        o = overall["ratio"] if faster == labels[1] else 1 / overall["ratio"]
-        text += f", {o:.2f}x including compile time"
-    a, b = rows["compilations"]["values"]
-    if a != b:
-        text += f"; compilations {a} vs {b}"
-    return text + "."
-
-
-def comparison(runs: Sequence[tuple[XLAReport, str]], labels=None) -> str:
-    """Two reports side by side: values, `B / A`, the better run per row,
-    and a conclusion. `labels` default to `A` and `B`."""
-    (first, first_path), (second, second_path) = runs
-    labels = tuple(labels or ("A", "B"))
-    result = compare(first, second, labels)
-    lines = [f"{labels[0]}: {first_path}", f"{labels[1]}: {second_path}"]
-    lines += [
-        "(median step ms and examples/s: medians over epochs)",
-        *(
-            f"{label} verdict: {r.verdict.headline}"
-            for label, r in zip(labels, (first, second))
-            if r.verdict is not None
-        ),
-        "",
-    ]
-    mode = [
-        ("on" if r.jit.enabled else "off") if r.jit else "-"
-        for r in (first, second)
-    ]
-    table = [("", *labels, f"{labels[1]}/{labels[0]}", "better")]
-    table.append(("XLA", *mode, "", ""))
-    for key, label, _, digits in COMPARED:
-        row = result["rows"][key]
-        cells = [
-            "-"
-            if v is None
-            else (str(v) if digits is None else number(v, digits))
-            for v in row["values"]
-        ]
-        ratio = "-" if row["ratio"] is None else f"{row['ratio']:.2f}"
-        table.append((label, *cells, ratio, row["better"] or ""))
-    lines += format_table(table)
-    lines += ["", result["conclusion"]]
-    return "\n".join(lines)
