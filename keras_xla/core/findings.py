@@ -231,6 +231,3 @@ class FindingBook:
                 f"{finding.compile_seconds:.2f} s of compiling."
             )
         return finding
-
-    def codes(self) -> list[str]:
-        return [f.code for f in self.findings]

@@ -274,10 +274,6 @@ class StepTimer:
             return function, batch + self.steps_per_call
         return None
 
-    def discard_open(self) -> None:
-        """Forgets the open call (it was not a step)."""
-        self._open = None
-
     def flush(self, function: str) -> list[StepRecord]:
         """`function`'s pending calls as new records, oldest first."""
         raw, self._raw[function] = self._raw[function], []
