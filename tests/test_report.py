@@ -171,3 +171,15 @@ def test_the_cli_report_shows_hlo_and_profile_sections():
     assert "from the compile ledger" in out and "FLOPs per step 6,144" in out
     assert "utilization 1.0%" in out and "largest unfused: dot a f32[2]" in out
     assert "the profiler saw 2 XLA compilations, the tuner 1: DIFFERS" in out
+
+
+def test_a_second_fit_keeps_the_first_fits_report(tmp_path):
+    first, second = sample_report(), sample_report()
+    second.epochs = second.epochs * 2
+    first.write(str(tmp_path))
+    first.write(str(tmp_path))  # the same fit rewrites its own file
+    assert not (tmp_path / "xla_report.1.json").exists()
+    second.write(str(tmp_path))
+    kept = XLAReport.load(str(tmp_path / "xla_report.1.json"))
+    latest = XLAReport.load(str(tmp_path))
+    assert (len(kept.epochs), len(latest.epochs)) == (1, 2)

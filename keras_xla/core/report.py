@@ -158,6 +158,8 @@ class XLAReport:
     decision: Decision | None = None
     baseline: BaselineSection | None = None
     verdict: Verdict | None = None
+    # Whether this report has written its file (a later fit archives it).
+    _written: bool = dataclasses.field(default=False, repr=False, compare=False)
 
     @property
     def total_compilations(self) -> int:
@@ -204,7 +206,12 @@ class XLAReport:
         return json.dumps(self.to_dict(), indent=2, default=_json_default)
 
     def write(self, log_dir: str) -> str:
-        """Writes `<log_dir>/xla_report.json` atomically; returns its path."""
+        """Writes `<log_dir>/xla_report.json` atomically; returns its path.
+        The first write of this report keeps an earlier fit's file
+        (`archive`)."""
+        if not self._written:
+            self.archive(log_dir)
+            self._written = True
         os.makedirs(log_dir, exist_ok=True)
         path = os.path.join(log_dir, REPORT_FILENAME)
         tmp = path + ".tmp"
@@ -212,6 +219,23 @@ class XLAReport:
             f.write(self.to_json())
         os.replace(tmp, path)
         return path
+
+    @staticmethod
+    def archive(log_dir: str) -> str | None:
+        """Keeps an earlier fit's `<log_dir>/xla_report.json` as
+        `xla_report.<n>.json` (n = 1, 2, ... in fit order), so a new fit
+        writing to the same log dir loses no history; returns the new
+        path, or None when there was nothing to keep."""
+        path = os.path.join(log_dir, REPORT_FILENAME)
+        if not os.path.isfile(path):
+            return None
+        stem, ext = os.path.splitext(REPORT_FILENAME)
+        n = 1
+        while os.path.exists(os.path.join(log_dir, f"{stem}.{n}{ext}")):
+            n += 1
+        kept = os.path.join(log_dir, f"{stem}.{n}{ext}")
+        os.replace(path, kept)
+        return kept
 
     @classmethod
     def from_dict(cls, data: dict) -> XLAReport:
