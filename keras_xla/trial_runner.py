@@ -86,10 +86,9 @@ class Settlement:
     kept: ModelState | None = None
     baseline: BaselineSection | None = None
 
-    def jit_reason(self) -> str | None:
+    def jit_reason(self) -> str:
+        """The jit reason after a trial's decision (not a baseline's)."""
         d = self.decision
-        if d is None:
-            return None
         if d.status in ("decided", "reused"):
             return f"the trial chose {d.winner} ({d.reason})"
         return d.reason

@@ -24,9 +24,9 @@ class Section:
         return getattr(self, key)
 
     def get(self, key: str, default: Any = None) -> Any:
-        return (
-            getattr(self, key) if key in _field_names(type(self)) else (default)
-        )
+        if key not in _field_names(type(self)):
+            return default
+        return getattr(self, key)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

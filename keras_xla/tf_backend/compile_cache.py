@@ -25,7 +25,6 @@ therefore checks with a tiny canary compilation that entries appear.
 from __future__ import annotations
 
 import dataclasses
-import glob
 import json
 import os
 import statistics
@@ -33,8 +32,8 @@ import statistics
 from keras_xla.core.report import CompileCacheSection
 from keras_xla.tf_backend import compile_ledger
 
-CACHE_FLAG = "tf_xla_persistent_cache_directory"
-ENTRY_PATTERN = "xla_compile_cache__*.pb"
+CACHE_FLAG = compile_ledger.CACHE_FLAG
+ENTRY_PATTERN = compile_ledger.ENTRY_PATTERN
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,14 +54,11 @@ class CacheStatus:
 
 
 def cache_entries(directory: str) -> dict[str, float]:
-    """The cache's entry files and their modification times."""
-    out = {}
-    for path in glob.glob(os.path.join(directory, ENTRY_PATTERN)):
-        try:
-            out[os.path.basename(path)] = os.path.getmtime(path)
-        except OSError:
-            continue  # removed by another process meanwhile
-    return out
+    """The cache's entry file names and their modification times."""
+    return {
+        os.path.basename(path): mtime
+        for path, mtime in compile_ledger.entries(directory).items()
+    }
 
 
 def clear_compile_cache(directory: str) -> int:
