@@ -125,10 +125,12 @@ class FitRun:
 
     def _settle_clustering(self) -> None:
         """Auto-clustering: asked for, on, and which mode wins."""
-        section, note, finding = autoclustering.settle(self.jit_on)
+        jit = self.report.jit
+        section, jit.reason, finding = autoclustering.settle(
+            self.jit_on, jit.reason
+        )
         self.report.clustering = section
         self._clustering = section.mode == CLUSTERS
-        self.report.jit.reason += note
         if finding is not None:
             self.book.add(*finding)
 
@@ -345,7 +347,9 @@ class FitRun:
 
     def _conclude(self, stats, records) -> None:
         if self._clustering:
-            self.report.clustering.clusters = dict(self.log.clusters)
+            clustering = self.report.clustering
+            clustering.clusters = dict(self.log.clusters)
+            clustering.ops_in_clusters, clustering.step_ops = self.log.coverage()
         if self.window is not None and self.report.profile is not None:
             # The report learns of a run's compilations when it ends.
             self.report.profile.tuner_compilations = self.window.count_inside(

@@ -49,6 +49,7 @@ class StepLog:
         self._probed = False  # whether any probe has recorded a step
         # Compilations per `function/cluster`.
         self.clusters: dict[str, int] = {}
+        self._cluster_ops: dict[str, set[str]] = {}
         probe = functions.probe("train") if functions else None
         capacity = probe.slots // steps_per_call - 1 if probe else 1 << 30
         self.timer = StepTimer(steps_per_call, capacity)
@@ -99,10 +100,20 @@ class StepLog:
                     self._compiled,
                 )
                 for path in (p for r in records for p in r.entries):
-                    name = f"{function}/{autoclustering.cluster_name(path)}"
+                    cluster, ops = autoclustering.read_cluster(path)
+                    name = f"{function}/{cluster}"
                     self.clusters[name] = self.clusters.get(name, 0) + 1
+                    self._cluster_ops.setdefault(function, set()).update(ops)
         self.records[function].extend(records)
         return self.records[function]
+
+    def coverage(self, function: str = "train") -> tuple[int, int]:
+        """Under auto-clustering: how many of the traced step's ops ran in
+        XLA clusters, and how many ops the step has (0 if not traced)."""
+        variant = self.functions.active(function) if self.functions else None
+        step_ops = variant.probe.step_ops if variant is not None else ()
+        ops = self._cluster_ops.get(function, set())
+        return autoclustering.covered(frozenset(step_ops), ops), len(step_ops)
 
     def drain(self, when: str, counting: str | None) -> list[dict]:
         """Reads the steps the functions ran outside this log's calls (an

@@ -49,6 +49,7 @@ def main():
                 ],
                 "codes": report.finding_codes(),
                 "jit": report.jit.reason,
+                "summary": report.summary(),
             }
         )
     )

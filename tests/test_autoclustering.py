@@ -37,13 +37,44 @@ def test_detect(flags, set_jit, gpus, requested, active):
 
 def test_settle_says_which_mode_wins():
     on = autoclustering.AutoClustering(True, True, "`set_jit(True)`")
-    section, note, finding = autoclustering.settle(True, on)
+    section, note, finding = autoclustering.settle(True, "asked for", on)
     assert section.mode == "jit_compile" and "jit_compile wins" in note
+    assert note.startswith("asked for. Auto-clustering is asked for too")
     assert finding is None
     off = autoclustering.AutoClustering(True, False, "`set_jit`", "no flag")
-    section, note, finding = autoclustering.settle(False, off)
+    section, note, finding = autoclustering.settle(False, "off", off)
+    assert note == "off"
     assert section.mode == "off" and finding[0] == "auto-clustering-inactive"
     assert "--tf_xla_cpu_global_jit" in finding[2]
+
+
+def test_covered_matches_ops_through_inlined_call_prefixes():
+    step = frozenset(["dense/MatMul", "dense/BiasAdd", "loss/Mean", "x/Mul"])
+    clusters = {
+        "StatefulPartitionedCall/dense/MatMul",
+        "StatefulPartitionedCall/StatefulPartitionedCall/dense/BiasAdd",
+        "loss/Mean",
+        "StatefulPartitionedCall/other/Add",  # not a step op
+    }
+    assert autoclustering.covered(step, clusters) == 3
+    assert autoclustering.covered(step, set()) == 0
+
+
+def test_clusters_line_names_clusters_and_the_share():
+    from keras_xla.core.render import clusters_line
+    from keras_xla.core.sections import ClusteringSection
+
+    section = ClusteringSection(
+        "auto-clustering", True, True, "set_jit",
+        clusters={"train/cluster_1": 2, "train/cluster_0": 1, "test/cluster_2": 1},
+        ops_in_clusters=30, step_ops=40,
+    )  # fmt: skip
+    line = clusters_line(section)
+    assert "3 cluster(s) (test: cluster_2; train: cluster_0, cluster_1)" in line
+    assert "in 4 compilation(s)" in line
+    assert "hold 30 of its 40 TensorFlow ops (75%)" in line
+    assert section.share == 0.75
+    assert ClusteringSection.from_dict(section.to_dict()) == section
 
 
 def run_child(tmp_path, flags):
@@ -78,6 +109,12 @@ def test_auto_clustering_counts_match_the_profiler(tmp_path):
     assert [8, 16, 4] == out["recompilations"][0][3]
     clusters = out["clustering"]["clusters"]
     assert sum(clusters.values()) == out["tuner"]
+    # The share of the train step under XLA: the conv model's step is
+    # mostly clusterable, and the count is of the step's own ops.
+    inside = out["clustering"]["ops_in_clusters"]
+    assert 0.3 * out["clustering"]["step_ops"] < inside
+    assert inside <= out["clustering"]["step_ops"]
+    assert f"hold {inside} of its" in out["summary"]
     assert all(name.split("/")[1].startswith("cluster_") for name in clusters)
     assert "Auto-clustering is on" in out["jit"]
 

@@ -90,9 +90,36 @@ def jit_line(report: XLAReport) -> list[str]:
         return []
     state = "on" if report.jit.enabled else "off"
     clustering = report.clustering
+    lines = []
     if clustering is not None and clustering.mode == "auto-clustering":
         state = "auto-clustering on"
-    return [f"XLA {state}: {report.jit.reason}"]
+        lines.append(clusters_line(clustering))
+    return [f"XLA {state}: {report.jit.reason}", *filter(None, lines)]
+
+
+def clusters_line(clustering) -> str:
+    """Which clusters auto-clustering compiled, per function, and how much
+    of the train step they hold."""
+    if not clustering.clusters:
+        return "Auto-clustering compiled no cluster."
+    by_function: dict[str, list[str]] = {}
+    for name in sorted(clustering.clusters):
+        function, _, cluster = name.partition("/")
+        by_function.setdefault(function, []).append(cluster)
+    listed = "; ".join(f"{f}: {', '.join(c)}" for f, c in by_function.items())
+    compiles = sum(clustering.clusters.values())
+    text = (
+        f"Auto-clustering compiled {len(clustering.clusters)} cluster(s) "
+        f"({listed}) in {compiles} compilation(s)"
+    )
+    share = clustering.share
+    if share is not None:
+        text += (
+            f"; the train step's clusters hold {clustering.ops_in_clusters} "
+            f"of its {clustering.step_ops} TensorFlow ops ({share:.0%}), "
+            "the rest runs without XLA"
+        )
+    return text + "."
 
 
 def decision_line(decision: Decision | None) -> list[str]:

@@ -58,6 +58,9 @@ class ClusteringSection(Section):
         source: What asked for it (or kept it off).
         reason: Why it is inactive when requested.
         clusters: Under auto-clustering, compilations per cluster.
+        ops_in_clusters: Under auto-clustering, how many of the train
+            step's TensorFlow ops ran inside XLA clusters.
+        step_ops: How many ops the traced train step has (0: unknown).
     """
 
     mode: str
@@ -66,6 +69,15 @@ class ClusteringSection(Section):
     source: str
     reason: str = ""
     clusters: dict = dataclasses.field(default_factory=dict)
+    ops_in_clusters: int = 0
+    step_ops: int = 0
+
+    @property
+    def share(self) -> float | None:
+        """The share of the train step's ops under XLA, if known."""
+        if not self.step_ops:
+            return None
+        return self.ops_in_clusters / self.step_ops
 
 
 @dataclasses.dataclass

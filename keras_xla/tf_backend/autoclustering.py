@@ -103,11 +103,11 @@ def detect(
 
 
 def settle(
-    jit_on: bool, auto: AutoClustering | None = None
+    jit_on: bool, reason: str = "", auto: AutoClustering | None = None
 ) -> tuple[ClusteringSection, str, tuple[str, str, str] | None]:
-    """What the fit compiles with: the report's `clustering` section, a
-    note for the jit reason, and a finding or None. `auto` defaults to
-    `detect()`."""
+    """What the fit compiles with: the report's `clustering` section, the
+    jit `reason` with auto-clustering's part added, and a finding or None.
+    `auto` defaults to `detect()`."""
     auto = auto or detect()
     ledger = compile_ledger.status()
     mode, note, finding = "off", "", None
@@ -142,22 +142,48 @@ def settle(
                 "Import keras_xla before TensorFlow runs its first op.",
             )
     section = ClusteringSection(mode, **dataclasses.asdict(auto))
-    return section, note, finding
+    if note and reason:
+        note = reason.rstrip(".") + "." + note
+    return section, note or reason, finding
 
 
-def cluster_name(entry_path: str) -> str | None:
-    """The cluster a ledger entry compiled (`cluster_3`), from its
-    unoptimized module's name; None for a `jit_compile` function."""
+def read_cluster(entry_path: str) -> tuple[str | None, frozenset[str]]:
+    """The cluster a ledger entry compiled (`cluster_3`, None for a
+    `jit_compile` function) and the TensorFlow ops it holds, from its
+    unoptimized module (its name and its instructions' op names)."""
     from keras_xla.tf_backend import hlo
 
     try:
         unoptimized, _ = compile_ledger.read_modules(entry_path)
-        name = hlo.parse_hlo_module(unoptimized).name
+        module = hlo.parse_hlo_module(unoptimized)
     except (OSError, ValueError):
-        return None
-    marker = name.find("cluster_")
+        return None, frozenset()
+    ops = frozenset(
+        ins.metadata.op_name
+        for computation in module.computations
+        for ins in computation.instructions
+        if ins.metadata.op_name
+    )
+    marker = module.name.find("cluster_")
     if marker < 0:
-        return None
-    digits = name[marker + len("cluster_") :]
+        return None, ops
+    digits = module.name[marker + len("cluster_") :]
     number = digits[: len(digits) - len(digits.lstrip("0123456789"))]
-    return f"cluster_{number}" if number else None
+    return (f"cluster_{number}" if number else None), ops
+
+
+def covered(step_ops: frozenset[str], cluster_ops: set[str]) -> int:
+    """How many of the traced step's ops ran inside XLA clusters.
+
+    A cluster names an op by its path in the graph TensorFlow ran, which
+    prefixes the step's own name with the calls it was inlined through
+    (`StatefulPartitionedCall/dense/MatMul` for `dense/MatMul`)."""
+    found = set()
+    for name in cluster_ops:
+        parts = name.split("/")
+        for start in range(len(parts)):
+            tail = "/".join(parts[start:])
+            if tail in step_ops:
+                found.add(tail)
+                break
+    return len(found)

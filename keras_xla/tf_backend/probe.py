@@ -137,6 +137,8 @@ class ShapeProbe:
         self._lock = threading.Lock()
         self._trace_times: list[tuple[float, float]] = []
         self.truncated = False
+        # The TensorFlow ops of the last traced step (probe's left out).
+        self.step_ops: frozenset[str] = frozenset()
 
     @property
     def steps_recorded(self) -> int:
@@ -190,11 +192,14 @@ class ShapeProbe:
         except Exception:  # noqa: BLE001 - never break the user's step
             logger.exception("keras_xla: shape probe failed; unprobed.")
 
-    def add_trace(self, start: float, seconds: float) -> None:
+    def add_trace(
+        self, start: float, seconds: float, ops: frozenset[str] = frozenset()
+    ) -> None:
         """Notes that tracing the step began at `start` (perf_counter) and
-        took `seconds`."""
+        took `seconds`, and which ops the traced step holds."""
         with self._lock:
             self._trace_times.append((start, seconds))
+            self.step_ops = ops or self.step_ops
 
     def pop_traces(self) -> list[tuple[float, float]]:
         with self._lock:
@@ -247,10 +252,31 @@ def with_probe(get_probe, body):
             probe.record_guarded(data)
         outputs = body(data)
         if probe is not None:
-            probe.add_trace(start, time.perf_counter() - start)
+            seconds = time.perf_counter() - start
+            probe.add_trace(start, seconds, _step_ops())
         return outputs
 
     return probed
+
+
+# Graph scaffolding, not computation: left out of the step's op count.
+SCAFFOLDING = frozenset(
+    ("Const", "Placeholder", "ReadVariableOp", "Identity", "IdentityN")
+    + ("NoOp", "VarHandleOp", "_Arg", "_Retval")
+)
+
+
+def _step_ops() -> frozenset[str]:
+    """The names of the computing ops of the step graph being traced (the
+    probe's and graph scaffolding left out); empty when running eagerly."""
+    if tf.executing_eagerly():
+        return frozenset()
+    graph = tf.compat.v1.get_default_graph()
+    return frozenset(
+        op.name
+        for op in graph.get_operations()
+        if op.type not in SCAFFOLDING and PROBE_SCOPE not in op.name
+    )
 
 
 def install_probe(model: Any, function: str, holder: dict) -> None:
