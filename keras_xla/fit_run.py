@@ -168,19 +168,12 @@ class FitRun:
 
     def _handle_unsupported(self, ops) -> None:
         """Finding and XLA off (fallback), or `XLAUnsupportedOpError`."""
-        message, fix = unsupported_lib.describe_unsupported(ops)
-        if self.settings.on_unsupported == "raise":
-            raise unsupported_lib.XLAUnsupportedOpError(f"{message} {fix}")
-        self.model.jit_compile = False
-        self.jit_on = False
-        self.report.jit.enabled = False
-        self.report.jit.reason = message.rstrip(".")
-        self.book.add(
-            codes.UNSUPPORTED_OP,
-            f"{message} Training continues without XLA (jit_compile=False).",
-            fix,
-            tuple((op.op_type, op.node) for op in ops),
+        reason, finding = unsupported_lib.fallback(
+            ops, self.settings.on_unsupported
         )
+        self.model.jit_compile = self.jit_on = self.report.jit.enabled = False
+        self.report.jit.reason = reason
+        self.book.add(*finding)
 
     # The trial.
 
@@ -349,7 +342,8 @@ class FitRun:
         if self._clustering:
             clustering = self.report.clustering
             clustering.clusters = dict(self.log.clusters)
-            clustering.ops_in_clusters, clustering.step_ops = self.log.coverage()
+            inside, total = self.log.coverage()
+            clustering.ops_in_clusters, clustering.step_ops = inside, total
         if self.window is not None and self.report.profile is not None:
             # The report learns of a run's compilations when it ends.
             self.report.profile.tuner_compilations = self.window.count_inside(

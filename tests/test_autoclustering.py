@@ -64,9 +64,10 @@ def test_clusters_line_names_clusters_and_the_share():
     from keras_xla.core.render import clusters_line
     from keras_xla.core.sections import ClusteringSection
 
+    clusters = {"train/cluster_1": 2, "train/cluster_0": 1}
+    clusters["test/cluster_2"] = 1
     section = ClusteringSection(
-        "auto-clustering", True, True, "set_jit",
-        clusters={"train/cluster_1": 2, "train/cluster_0": 1, "test/cluster_2": 1},
+        "auto-clustering", True, True, "set_jit", clusters=clusters,
         ops_in_clusters=30, step_ops=40,
     )  # fmt: skip
     line = clusters_line(section)

@@ -88,6 +88,26 @@ def describe_unsupported(ops: list[UnsupportedOp]) -> tuple[str, str]:
     return message + ".", fix
 
 
+def fallback(
+    ops: list[UnsupportedOp], on_unsupported: str
+) -> tuple[str, tuple[str, str, str, tuple]]:
+    """Training goes on without XLA: the jit reason and the finding
+    (code, message, fix, place). Raises `XLAUnsupportedOpError` if
+    `on_unsupported="raise"`."""
+    from keras_xla.core import findings
+
+    message, fix = describe_unsupported(ops)
+    if on_unsupported == "raise":
+        raise XLAUnsupportedOpError(f"{message} {fix}")
+    finding = (
+        findings.UNSUPPORTED_OP,
+        f"{message} Training continues without XLA (jit_compile=False).",
+        fix,
+        tuple((op.op_type, op.node) for op in ops),
+    )
+    return message.rstrip("."), finding
+
+
 def preflight(model: Any) -> list[UnsupportedOp]:
     """Looks for unsupported ops in the forward pass before training.
 
