@@ -1,11 +1,12 @@
 """ResNet-50 under XLA: drifting random-size crops vs a fixed slice.
 
-Runs the example's two pipelines one after the other in one process, each
-on a fresh ResNet-50 with XLATuner, and prints compilations and throughput
-ratios, both including compile time (time to N steps) and excluding it
-(the steady-state steps only).
+Runs the example's three ways one after the other in one process (random
+crops without XLA, random crops with XLA, the fixed slice with XLA), each
+on a fresh ResNet-50 with XLATuner, and prints the example's table and
+conclusion, time to N steps, and throughput ratios including compile
+time (time to N steps) and excluding it (the steady-state steps only).
 
-Run: python benchmarks/resnet50_crops.py [--image-size 64] [--steps 10]
+Run: python benchmarks/resnet50_crops.py [--image-size 64] [--steps 12]
 """
 
 import os
@@ -17,33 +18,36 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "resnet50"))
 
 import train  # noqa: E402
 
+from keras_xla.tf_backend.hardware import cpu_model  # noqa: E402
+
 
 def main(argv=None):
-    args = train.parse_args(
-        (argv if argv is not None else sys.argv[1:]) + ["--verbose", "0"]
-    )
-    rows = {crop: train.run_config(crop, args) for crop in ("random", "fixed")}
+    args = train.parse_args(argv if argv is not None else sys.argv[1:])
+    rows = [
+        train.run_config(crop, jit, args)
+        for crop, jit in train.selected_runs(args.crop, args.jit)
+    ]
     print(
-        f"machine: {platform.machine()}, {os.cpu_count()} cores; "
-        f"ResNet-50 {args.image_size}x{args.image_size}, batch "
-        f"{args.batch_size}, {args.steps * args.epochs} steps, XLA "
-        f"{args.jit}, {args.precision}"
+        f"\nmachine: {cpu_model() or platform.machine()}, {os.cpu_count()} "
+        f"cores; ResNet-50 {args.image_size}x{args.image_size}, batch "
+        f"{args.batch_size}, {args.steps * args.epochs} steps, "
+        f"{args.precision}"
     )
-    print(train.render(list(rows.values())))
-    fixed, drift = rows["fixed"], rows["random"]
-    incl = (
-        fixed["images_per_second_overall"] / drift["images_per_second_overall"]
-    )
-    print(
-        f"time to {args.steps * args.epochs} steps: random "
-        f"{drift['wall_seconds']:.1f} s, fixed {fixed['wall_seconds']:.1f} s"
-    )
-    print(f"throughput ratio fixed/random including compile time: {incl:.2f}x")
-    if fixed["images_per_second"] and drift["images_per_second"]:
-        excl = fixed["images_per_second"] / drift["images_per_second"]
+    print(train.render(rows))
+    print(train.conclusion(rows))
+    for r in rows:
         print(
-            "throughput ratio fixed/random excluding compile steps: "
-            f"{excl:.2f}x"
+            f"time to {args.steps * args.epochs} steps, {r['label']}: "
+            f"{r['wall_seconds']:.1f} s"
+        )
+    by = {r["label"]: r for r in rows}
+    fixed, drift = by.get("fixed-xla"), by.get("random-xla")
+    if fixed and drift:
+        incl = train._ratio(fixed, drift)
+        excl = train._ratio(fixed, drift, "images_per_second")
+        print(
+            f"fixed/random with XLA, img/s including compile: {incl}x, "
+            f"steady: {excl}x"
         )
 
 

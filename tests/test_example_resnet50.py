@@ -54,21 +54,14 @@ def test_pipelines_drift_and_fix(example):
 
 
 def test_end_to_end_tiny(example, tmp_path, capsys):
-    args = [
-        "--image-size",
-        "32",
-        "--batch-size",
-        "2",
-        "--steps",
-        "3",
-        "--log-dir",
-        str(tmp_path),
-        "--verbose",
-        "0",
-    ]
-    rows = {r["crop"]: r for r in example.main(args)}
-    fixed, drift = rows["fixed"], rows["random"]
+    args = ["--image-size", "32", "--batch-size", "2", "--steps", "3"]
+    args += ["--log-dir", str(tmp_path)]
+    rows = {r["label"]: r for r in example.main(args)}
+    # The three ways by default, in order.
+    assert list(rows) == ["random-no-xla", "random-xla", "fixed-xla"]
+    base, drift, fixed = rows.values()
     assert (fixed["compilations"], fixed["recompilations"]) == (1, 0)
+    assert (base["jit"], base["compilations"]) == (False, 0)
     # The drifting run compiles once per distinct crop size it met.
     source = example.synthetic_images(32).repeat()
     sides = {
@@ -79,7 +72,26 @@ def test_end_to_end_tiny(example, tmp_path, capsys):
     for rec in drift["report"].recompilations:
         assert (rec.input, rec.dim, rec.cause) == ("x", 1, "dynamic_dim")
         assert rec.after[1] == rec.after[2] in sides
+    # The fusion ratio comes from the HLO XLA ran; none without XLA.
+    assert 0 < fixed["fusion_ratio"] <= 1 and base["fusion_ratio"] is None
+    assert fixed["verdict"].xla_enabled and not base["verdict"].xla_enabled
     out = capsys.readouterr().out
-    assert "compiles" in out and "img/s incl. compile" in out
-    assert os.path.exists(tmp_path / "fixed" / "xla_report.json")
+    # A line per step while it trains, then the table and the conclusion.
+    assert out.count("fixed-xla step ") == 3
+    assert "fixed-xla step 3/3" in out
+    for column in ("img/s incl. compile", "fusion", "steady vs no XLA"):
+        assert column in out
+    assert example.conclusion(list(rows.values())) in out
+    assert f"random crops compiled {drift['compilations']} times" in out
+    assert os.path.exists(tmp_path / "fixed-xla" / "xla_report.json")
     assert np.isfinite(fixed["images_per_second_overall"])
+
+
+def test_selected_runs(example):
+    assert example.selected_runs("all", "all") == list(example.RUNS)
+    assert example.selected_runs("random", "all") == [
+        ("random", False),
+        ("random", True),
+    ]
+    assert example.selected_runs("fixed", "all") == [("fixed", True)]
+    assert example.selected_runs("fixed", "off") == [("fixed", False)]

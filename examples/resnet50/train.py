@@ -9,12 +9,15 @@ XLA compilation. The recipe cuts a fixed-size window with
 (`tf.image.random_crop` with a constant size would be static too; the drift
 comes from the varying size.)
 
-By default both run one after the other on built-in synthetic images of
-variable decoded sizes (no download) and the script ends with a table: a
-row per config with compilations, recompilations, compile seconds, median
-step time, images per second and the tuner's top findings.
+By default it trains three ways, one after the other, on built-in
+synthetic images of variable decoded sizes (no download): random crops
+without XLA, random crops with XLA, and the fixed slice with XLA. It
+prints a line per step while it trains (a step that compiles shows as a
+long one) and ends with a table (images per second steady and with
+compiling included, compile seconds, recompilations, the step's fusion
+ratio, the tuner's verdict for each run) and a one-line conclusion.
 
-Run: python examples/resnet50/train.py [--crop both|random|fixed]
+Run: python examples/resnet50/train.py [--crop random|fixed] [--jit on|off]
 """
 
 from __future__ import annotations
@@ -126,7 +129,32 @@ def build_model(classes: int) -> keras.Model:
     return keras.Model(backbone.input, outputs, name="resnet50")
 
 
-def run_config(crop: str, args, source=None) -> dict:
+# The three ways, in the order they run: (crop, XLA).
+RUNS = (("random", False), ("random", True), ("fixed", True))
+
+
+class Progress(keras.callbacks.Callback):
+    """A line per train step with its seconds, so a compiling step shows."""
+
+    def __init__(self, label: str, steps: int):
+        super().__init__()
+        self.label, self.steps = label, steps
+        self.start = self.last = 0.0
+
+    def on_train_begin(self, logs=None):
+        self.start = self.last = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        now = time.perf_counter()
+        print(
+            f"  {self.label} step {batch + 1}/{self.steps}: "
+            f"{now - self.last:.2f} s (total {now - self.start:.1f} s)",
+            flush=True,
+        )
+        self.last = now
+
+
+def run_config(crop: str, jit: bool, args, source=None) -> dict:
     """Trains one fresh ResNet-50 on one pipeline; returns the table row."""
     keras.utils.set_random_seed(args.seed)
     keras.mixed_precision.set_global_policy(args.precision)
@@ -146,14 +174,16 @@ def run_config(crop: str, args, source=None) -> dict:
         "sparse_categorical_crossentropy",
         metrics=["accuracy"],
     )
-    log_dir = os.path.join(args.log_dir, crop)
+    label = f"{crop}-{'xla' if jit else 'no-xla'}"
+    log_dir = os.path.join(args.log_dir, label)
+    # No baseline window: the no-XLA run is this script's baseline, and a
+    # window would move some of a short run's steps off XLA.
     tuner = keras_xla.XLATuner(
-        log_dir=log_dir,
-        jit_compile=args.jit == "on",
-        verbose=0,
-        analyze_hlo=False,
+        log_dir=log_dir, jit_compile=jit, verbose=0, baseline=False
     )
     callbacks = [keras.callbacks.TensorBoard(log_dir=log_dir), tuner]
+    if args.verbose == 0:
+        callbacks.append(Progress(label, args.steps * args.epochs))
     start = time.perf_counter()
     with warnings.catch_warnings():
         # The tuner's findings are in the table; keep the output readable.
@@ -176,6 +206,7 @@ def run_config(crop: str, args, source=None) -> dict:
     median_ms = sorted(medians)[len(medians) // 2] if medians else None
     rates = [e.examples_per_second for e in report.epochs]
     return {
+        "label": label,
         "crop": crop,
         "jit": report.jit.enabled,
         "compilations": report.total_compilations,
@@ -183,8 +214,12 @@ def run_config(crop: str, args, source=None) -> dict:
         "compile_seconds": report.total_compile_seconds,
         "median_step_ms": median_ms,
         "images_per_second": rates[-1] if rates else None,
-        "images_per_second_overall": steps * args.batch_size / wall,
+        "images_per_second_overall": steps * args.batch_size / wall
+        if wall
+        else None,
         "wall_seconds": wall,
+        "fusion_ratio": report.hlo["fusion_ratio"] if report.hlo else None,
+        "verdict": report.verdict,
         "findings": [f.code for f in report.findings],
         "report": report,
     }
@@ -192,32 +227,78 @@ def run_config(crop: str, args, source=None) -> dict:
 
 def render(rows: list[dict]) -> str:
     header = (
-        "crop",
-        "xla",
+        "run",
         "compiles",
         "recompiles",
         "compile s",
         "median ms",
         "img/s",
         "img/s incl. compile",
-        "top findings",
+        "fusion",
+        "steady vs no XLA",
+        "verdict",
     )
     table = [header]
+    base = next((r for r in rows if not r["jit"]), None)
     for r in rows:
         table.append(
             (
-                r["crop"],
-                "on" if r["jit"] else "off",
+                r["label"],
                 str(r["compilations"]),
                 str(r["recompilations"]),
                 f"{r['compile_seconds']:.1f}",
                 _fmt(r["median_step_ms"], 1),
                 _fmt(r["images_per_second"], 1),
                 f"{r['images_per_second_overall']:.1f}",
-                ", ".join(dict.fromkeys(r["findings"])) or "-",
+                _fmt(r["fusion_ratio"], 2),
+                f"{ratio(r, base, 'images_per_second')}x"
+                if base and r is not base
+                else "-",
+                short_verdict(r["verdict"]),
             )
         )
     return "\n".join(format_table(table))
+
+
+def short_verdict(verdict) -> str:
+    """The tuner's verdict in a few words: XLA off, or its cost."""
+    if verdict is None or not verdict.xla_enabled:
+        return "XLA off"
+    text = f"compiled {verdict.compile_seconds:.1f} s"
+    if verdict.next_steps:
+        step = verdict.next_steps[0]
+        seconds = step.get("seconds")
+        cost = f" ({seconds:.1f} s)" if seconds else ""
+        text += f"; next: {step['code']}{cost}"
+    return text
+
+
+def conclusion(rows: list[dict]) -> str:
+    """One line from the measured rows: what the fixed slice bought."""
+    by = {(r["crop"], bool(r["jit"])): r for r in rows}
+    base, drift, fixed = (by.get(k) for k in RUNS)
+    if not (drift and fixed):
+        best = max(rows, key=lambda r: r["images_per_second_overall"])
+        return f"Fastest overall: {best['label']}."
+    text = (
+        f"With XLA, random crops compiled {drift['compilations']} times "
+        f"({drift['compile_seconds']:.1f} s) and the fixed slice "
+        f"{fixed['compilations']} ({fixed['compile_seconds']:.1f} s); "
+        f"including compile the fixed slice ran "
+        f"{ratio(fixed, drift)}x the random crops' images per second"
+    )
+    if base:
+        text += (
+            f" and {ratio(fixed, base)}x the no-XLA run's, steady "
+            f"{ratio(fixed, base, 'images_per_second')}x"
+        )
+    return text + "."
+
+
+def ratio(a: dict, b: dict, key: str = "images_per_second_overall") -> str:
+    if not a[key] or not b[key]:
+        return "-"
+    return f"{a[key] / b[key]:.2f}"
 
 
 def _fmt(value, digits):
@@ -229,7 +310,16 @@ def parse_args(argv=None):
         description="ResNet-50 with XLA: drifting crops vs a fixed slice."
     )
     parser.add_argument(
-        "--crop", choices=("both", "random", "fixed"), default="both"
+        "--crop",
+        choices=("all", "random", "fixed"),
+        default="all",
+        help="only this pipeline's runs (default: the three ways)",
+    )
+    parser.add_argument(
+        "--jit",
+        choices=("all", "on", "off"),
+        default="all",
+        help="only the runs with XLA on or off (default: the three ways)",
     )
     parser.add_argument(
         "--data",
@@ -240,12 +330,17 @@ def parse_args(argv=None):
     parser.add_argument("--image-size", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--steps", type=int, default=10, help="steps per epoch")
-    parser.add_argument("--jit", choices=("on", "off"), default="on")
+    parser.add_argument("--steps", type=int, default=12, help="steps per epoch")
     parser.add_argument("--precision", choices=PRECISIONS, default="float32")
     parser.add_argument("--log-dir", default=os.path.join("runs", "resnet50"))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--verbose", type=int, choices=(0, 1, 2), default=2)
+    parser.add_argument(
+        "--verbose",
+        type=int,
+        choices=(0, 1, 2),
+        default=0,
+        help="Keras's progress output; 0 (default) prints a line per step",
+    )
     args = parser.parse_args(argv)
     if args.image_size < 32:
         parser.error(f"--image-size {args.image_size}: ResNet-50 needs >= 32")
@@ -255,17 +350,34 @@ def parse_args(argv=None):
     return args
 
 
+def selected_runs(crop: str, jit: str) -> list[tuple[str, bool]]:
+    """The three ways, narrowed by `--crop` and `--jit`; a pair outside
+    them (`--crop fixed --jit off`) runs on its own."""
+    runs = [
+        (c, j)
+        for c, j in RUNS
+        if crop in ("all", c) and jit in ("all", "on" if j else "off")
+    ]
+    if not runs:
+        runs = [(crop, jit == "on")]
+    return runs
+
+
 def main(argv=None) -> list[dict]:
     args = parse_args(argv)
-    crops = ("random", "fixed") if args.crop == "both" else (args.crop,)
     rows = []
-    for crop in crops:
-        print(f"\n== {crop} crops (XLA {args.jit}, {args.precision}) ==")
-        rows.append(run_config(crop, args))
+    for crop, jit in selected_runs(args.crop, args.jit):
+        xla = "on" if jit else "off"
+        print(f"\n== {crop} crops, XLA {xla}, {args.precision} ==", flush=True)
+        rows.append(run_config(crop, jit, args))
     print("\n" + render(rows))
     for r in rows:
+        if r["verdict"] is not None:
+            print(f"  {r['label']}: {r['verdict'].headline}")
+    print("\n" + conclusion(rows))
+    for r in rows:
         for rec in r["report"].recompilations[:3]:
-            print(f"  {r['crop']}: {rec.message}")
+            print(f"  {r['label']}: {rec.message}")
     print(f"\nTensorBoard: tensorboard --logdir {args.log_dir}")
     return rows
 
