@@ -2,11 +2,13 @@
 
 For each model, in one process: a fit with the default `XLATuner` (XLA on,
 its no-XLA baseline window early in the first epoch) gives
-`report.verdict.speedup`; then separate fits of fresh copies of the model,
-without and with XLA and without the tuner, are timed by an independent
-clock (the median interval between train batch begins, after a warm-up
-epoch). Printed: both speedups and their ratio (goal within 10%), and the
-baseline window's cost as a share of the tuner fit's first epoch.
+`report.verdict.speedup`; then fresh copies of the model, one without and
+one with XLA and neither with the tuner, are warmed up and then fit in
+alternating blocks (so drift of the shared machine hits both alike), timed
+by an independent clock (the median interval between train batch begins,
+pooled over the blocks). Printed: both speedups and their ratio (goal
+within 10%), and the baseline window's cost as a share of the tuner fit's
+first epoch.
 
 Models: a residual MLP with LayerNorm and GELU (XLA fuses the elementwise
 work), and a wide Dense network whose matmuls dominate (oneDNN's kernels
@@ -32,6 +34,7 @@ import tensorflow as tf  # noqa: E402
 from keras_xla.core.render import format_table  # noqa: E402
 
 BATCH = 16
+BLOCKS = 4
 
 
 def residual_mlp():
@@ -53,18 +56,24 @@ def wide_dense():
 
 
 class StepClock(keras.callbacks.Callback):
-    """Median interval between train batch begins (one clock read each)."""
+    """Intervals between train batch begins (one clock read each), per
+    fit; a fit's first interval is left out."""
 
     def __init__(self):
         super().__init__()
+        self.stamps, self.gaps = [], []
+
+    def on_train_begin(self, logs=None):
         self.stamps = []
 
     def on_train_batch_begin(self, batch, logs=None):
         self.stamps.append(time.perf_counter())
 
+    def on_train_end(self, logs=None):
+        self.gaps.extend(np.diff(self.stamps[1:]))
+
     def median_ms(self):
-        gaps = np.diff(self.stamps[1:])  # the first interval compiles
-        return 1000.0 * float(np.median(gaps))
+        return 1000.0 * float(np.median(self.gaps))
 
 
 def compiled(build, jit):
@@ -104,12 +113,19 @@ def tuner_fit(build, x, y):
     return tuner.report, epoch_s
 
 
-def separate_fit(build, jit, x, y):
-    model = compiled(build, jit)
-    quiet_fit(model, x[: 20 * BATCH], y[: 20 * BATCH], [])  # warm-up
-    clock = StepClock()
-    quiet_fit(model, x, y, [clock])
-    return clock.median_ms()
+def separate_fits(build, x, y, blocks=BLOCKS):
+    """Median step ms without and with XLA: fresh models, warmed up, then
+    fit in alternating blocks of the data."""
+    models = [compiled(build, False), compiled(build, True)]
+    clocks = [StepClock(), StepClock()]
+    for model in models:
+        quiet_fit(model, x[: 20 * BATCH], y[: 20 * BATCH], [])  # warm-up
+    size = len(x) // blocks
+    for b in range(blocks):
+        part = slice(b * size, (b + 1) * size)
+        for model, clock in zip(models, clocks):
+            quiet_fit(model, x[part], y[part], [clock])
+    return clocks[0].median_ms(), clocks[1].median_ms()
 
 
 def main():
@@ -136,8 +152,7 @@ def main():
     ):
         for r in range(args.rounds):
             report, epoch_s = tuner_fit(build, x, y)
-            no_xla = separate_fit(build, False, x, y)
-            xla = separate_fit(build, True, x, y)
+            no_xla, xla = separate_fits(build, x, y)
             truth = no_xla / xla
             said = report.verdict.speedup
             ratio = said / truth if said else float("nan")

@@ -14,6 +14,7 @@ pipelines for three common reasons, each with a helper here:
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 import tensorflow as tf
@@ -44,8 +45,15 @@ def fixed_slice(
     Returns:
         The cropped image, shape `(height, width, channels)`.
     """
-    height, width = _pair(size, "size")
+    height, width = _pair(size, "size", minimum=1)
     image = tf.convert_to_tensor(image)
+    if image.shape.rank is None:
+        raise ValueError(
+            "fixed_slice() expects a 3-D (height, width, channels) image; "
+            "got one of unknown rank (as `tf.io.decode_image` returns). Give "
+            "it a rank first: `image.set_shape([None, None, 3])`, or decode "
+            "with `expand_animations=False`."
+        )
     if image.shape.rank != 3:
         raise ValueError(
             "fixed_slice() expects a 3-D (height, width, channels) image; "
@@ -69,7 +77,7 @@ def fixed_slice(
             top = tf.random.uniform([], 0, room_h + 1, tf.int32, seed=seed)
             left = tf.random.uniform([], 0, room_w + 1, tf.int32, seed=seed)
     else:
-        top, left = _pair(offset, "offset")
+        top, left = _pair(offset, "offset", minimum=0)
         top = tf.minimum(top, room_h)
         left = tf.minimum(left, room_w)
     channels = image.shape[-1] if image.shape[-1] is not None else -1
@@ -115,6 +123,7 @@ def pad_batches(
             "Possible choices are: 'zeros', 'repeat'."
         )
     _check_elements(dataset, "pad_batches")
+    _check_unbatched(dataset, "pad_batches")
     return dataset.batch(batch_size).map(
         lambda *batch: _pad_batch(batch, batch_size, pad_with),
         num_parallel_calls=tf.data.AUTOTUNE,
@@ -148,7 +157,7 @@ def bucket_by_length(
         `(batch_size, boundary)`.
     """
     _check_batch_size(batch_size, "bucket_by_length")
-    bounds = [int(b) for b in boundaries]
+    bounds = _int_list(boundaries)
     if (
         not bounds
         or any(b <= 0 for b in bounds)
@@ -158,7 +167,13 @@ def bucket_by_length(
             f"Unsupported value `bucket_by_length(boundaries={boundaries!r})`"
             ": pass strictly increasing positive lengths, e.g. [16, 32, 64]."
         )
+    if isinstance(pad_value, bool) or not isinstance(pad_value, numbers.Number):
+        raise ValueError(
+            f"Unsupported value `bucket_by_length(pad_value={pad_value!r})`: "
+            "pass a number (the value sequences are padded with)."
+        )
     spec = _check_elements(dataset, "bucket_by_length")
+    _check_unbatched(dataset, "bucket_by_length")
     if spec[0].shape.rank != 1:
         raise ValueError(
             "bucket_by_length() expects 1-D sequences as `x`; got element "
@@ -187,11 +202,11 @@ def bucket_by_length(
         window_size=batch_size,
     )
     return grouped.map(
-        lambda key, *batch: _pad_batch(batch, batch_size, "zeros")
+        lambda key, *batch: _pad_batch(batch, batch_size, "zeros", pad_value)
     )
 
 
-def _pad_batch(batch, batch_size, pad_with):
+def _pad_batch(batch, batch_size, pad_with, x_pad_value=0):
     x, y = batch[0], batch[1]
     weights = batch[2] if len(batch) > 2 else None
     n = tf.shape(tf.nest.flatten(x)[0])[0]
@@ -204,33 +219,85 @@ def _pad_batch(batch, batch_size, pad_with):
     weights = tf.concat([real, tf.zeros([missing], tf.float32)], axis=0)
     weights.set_shape([batch_size])
 
-    def pad(t):
+    def pad(t, value=0):
         if pad_with == "repeat":
             out = tf.gather(t, tf.math.floormod(tf.range(batch_size), n))
         else:
             paddings = [[0, missing]] + [[0, 0]] * (t.shape.rank - 1)
-            out = tf.pad(t, paddings)
+            out = tf.pad(t, paddings, constant_values=value)
         out.set_shape([batch_size] + t.shape.as_list()[1:])
         return out
 
-    return tf.nest.map_structure(pad, x), tf.nest.map_structure(pad, y), weights
+    x = tf.nest.map_structure(lambda t: pad(t, x_pad_value), x)
+    return x, tf.nest.map_structure(pad, y), weights
 
 
-def _pair(value, name):
-    if isinstance(value, int):
-        return value, value
-    pair = tuple(value)
-    if len(pair) != 2:
-        raise ValueError(f"`{name}` must be an int or a pair; got {value!r}.")
-    return pair
+def _is_int(value) -> bool:
+    """An int or a numpy integer, not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _pair(value, name, minimum):
+    """`value` as an (int, int) pair, each at least `minimum`."""
+    kind, example = (
+        ("a positive int", "(224, 224)")
+        if minimum
+        else (
+            "a non-negative int",
+            "(0, 0)",
+        )
+    )
+    what = "(height, width)" if minimum else "(top, left)"
+    pair = (value, value) if _is_int(value) else value
+    try:
+        pair = tuple(pair)
+    except TypeError:
+        pair = ()
+    if len(pair) != 2 or not all(_is_int(v) and v >= minimum for v in pair):
+        raise ValueError(
+            f"Unsupported value `fixed_slice({name}={value!r})`: pass {kind}"
+            f" or a {what} pair of them, e.g. {name}={example}."
+        )
+    return int(pair[0]), int(pair[1])
+
+
+def _int_list(boundaries) -> list[int]:
+    """The boundaries as ints; [] if they are not a sequence of ints."""
+    if isinstance(boundaries, (str, bytes, dict)) or _is_int(boundaries):
+        return []
+    try:
+        values = list(boundaries)
+    except TypeError:
+        return []
+    return [int(v) for v in values] if all(map(_is_int, values)) else []
 
 
 def _check_batch_size(batch_size, fn):
-    if not isinstance(batch_size, int) or batch_size < 1:
+    if not _is_int(batch_size) or batch_size < 1:
         raise ValueError(
             f"Unsupported value `{fn}(batch_size={batch_size!r})`: pass a "
             "positive int."
         )
+
+
+def _check_unbatched(dataset, fn):
+    """Raises if `dataset` was batched (and not unbatched since): batching
+    it again would give batches of batches."""
+    ds = dataset
+    for _ in range(100):
+        name = type(ds).__name__
+        if "Unbatch" in name:
+            return
+        if "Batch" in name:
+            raise ValueError(
+                f"{fn}() expects an unbatched dataset, and this one is "
+                f"batched already ({name}). Pass the dataset before "
+                f"`.batch()`, or call `.unbatch()` first: {fn}() makes the "
+                "batches itself."
+            )
+        ds = getattr(ds, "_input_dataset", None)
+        if ds is None:
+            return
 
 
 def _check_elements(dataset, fn):

@@ -49,13 +49,35 @@ def test_fixed_slice_pads_small_images_and_is_static_in_datasets():
     "kwargs, match",
     [
         ({"offset": "left"}, r"fixed_slice\(offset='left'\)"),
-        ({"size": (1, 2, 3)}, "must be an int or a pair"),
+        ({"size": (1, 2, 3)}, r"fixed_slice\(size=\(1, 2, 3\)\)"),
+        ({"size": 0}, r"fixed_slice\(size=0\)`: pass a positive int"),
+        ({"size": -1}, r"fixed_slice\(size=-1\)"),
+        ({"size": 4.0}, r"fixed_slice\(size=4.0\)"),
+        ({"size": True}, r"fixed_slice\(size=True\)"),
+        (
+            {"offset": (-1, 0)},
+            r"offset=\(-1, 0\)\)`: pass a non-negative.*\(top, left\)",
+        ),
+        ({"offset": (0.5, 0)}, r"offset=\(0.5, 0\)"),
     ],
 )
 def test_fixed_slice_bad_arguments(kwargs, match):
     kwargs.setdefault("size", 2)
     with pytest.raises(ValueError, match=match):
         fixed_slice(tf.zeros([4, 4, 1]), **kwargs)
+
+
+def test_fixed_slice_numpy_ints_and_unknown_rank():
+    out = fixed_slice(tf.ones([5, 6, 3]), np.int64(4), offset=(np.int32(1), 0))
+    assert out.shape == (4, 4, 3)
+    assert float(tf.reduce_sum(out)) == 4 * 4 * 3
+
+    @tf.function(input_signature=[tf.TensorSpec(None, tf.float32)])
+    def unknown_rank(image):
+        return fixed_slice(image, 2)
+
+    with pytest.raises(ValueError, match="unknown rank.*set_shape"):
+        unknown_rank.get_concrete_function()
 
 
 def elements(n, seed=0):
@@ -108,6 +130,15 @@ def test_pad_batches_bad_arguments():
         pad_batches(ds, 2, pad_with="edge")
     with pytest.raises(ValueError, match="unbatched"):
         pad_batches(ds.map(lambda x, y: x), 2)
+    # Batched already (also behind a map): batches of batches otherwise.
+    batched = ds.batch(2).map(lambda x, y: (x * 2, y))
+    with pytest.raises(ValueError, match=r"batched already.*\.unbatch\(\)"):
+        pad_batches(batched, 2)
+    assert pad_batches(ds.batch(2).unbatch(), 2).element_spec[0].shape[0] == 2
+    # numpy integers are ints.
+    assert pad_batches(ds, np.int64(2)).element_spec[0].shape[0] == 2
+    with pytest.raises(ValueError, match=r"batch_size=2.0"):
+        pad_batches(ds, 2.0)
 
 
 def sequences(lengths, seed=0):
@@ -137,6 +168,26 @@ def test_bucket_by_length_pads_to_boundaries():
 def test_bucket_by_length_rejects_bad_boundaries():
     with pytest.raises(ValueError, match="strictly increasing"):
         bucket_by_length(sequences([1]), [8, 4], 2)
+    for bad in (8, 8.0, {"a": 8}, "8", [4, 8.5], None):
+        with pytest.raises(ValueError, match=r"boundaries=.*e\.g\. \[16"):
+            bucket_by_length(sequences([1]), bad, 2)
+    with pytest.raises(ValueError, match=r"pad_value='x'"):
+        bucket_by_length(sequences([1]), [4], 2, pad_value="x")
+    with pytest.raises(ValueError, match="batched already"):
+        bucket_by_length(sequences([1]).batch(1), [4], 2)
+
+
+def test_bucket_filler_rows_hold_pad_value():
+    # Three sequences in one bucket of batch 2: the second batch has one
+    # real row and one filler row, all pad_value, with weight 0.
+    batches = list(bucket_by_length(sequences([3, 2, 4]), [4], 2, -1))
+    last = batches[-1]
+    weights = last[2].numpy().tolist()
+    assert weights == [2.0, 0.0]
+    assert last[0].numpy()[1].tolist() == [-1, -1, -1, -1]
+    assert (last[0].numpy()[0] == -1).sum() == 0  # the length-4 sequence
+    first = batches[0][0].numpy()
+    assert sorted((row == -1).sum() for row in first) == [1, 2]
     with pytest.raises(tf.errors.InvalidArgumentError, match="longer than"):
         list(bucket_by_length(sequences([9]), [4, 8], 2))
 
