@@ -77,7 +77,8 @@ class XLATuner(keras.callbacks.Callback):
     `ignored-xla-flag-text`, `missing-xla-flags-file`; the tuner's own
     `compile-cache-inactive`, `profiler-busy`, `hlo-analysis-off`,
     `hlo-analysis-failed`,
-    `trial-skipped`, `tuner-error`, `no-steps`, `output-failed`.
+    `trial-skipped`, `tuner-error`, `no-steps`, `output-failed`,
+    `duplicate-tuner`.
 
     The report (`tuner.report`) is also written to
     `<log_dir>/xla_report.json` at every epoch end and at train end.
@@ -243,6 +244,17 @@ class XLATuner(keras.callbacks.Callback):
             self._settings(), self.model, self.params, self._previous_trial
         )
         self._report = self._run.report
+        first = _first_tuner(self)
+        if first is not self:
+            # Two owners of one model's step functions would each see half
+            # the truth: the first one does the work, this one says so.
+            self._run.book.add(
+                codes.DUPLICATE_TUNER,
+                f"Another XLATuner ({first!r}) is on this fit; this one "
+                "does nothing, and its report holds only this finding.",
+                "Pass one XLATuner to fit(callbacks=[...]); read its report.",
+            )
+            return
         self._guarded("on_train_begin", self._run.begin)
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -299,3 +311,26 @@ class XLATuner(keras.callbacks.Callback):
                 "without this diagnostic.",
                 (hook, type(error).__name__, str(error)),
             )
+
+
+def _first_tuner(tuner: XLATuner) -> XLATuner:
+    """The first XLATuner in the callback list that is calling `tuner`'s
+    `on_train_begin` (found on the call stack); `tuner` itself if it is
+    the first, or if the list cannot be found."""
+    import inspect
+
+    frame = inspect.currentframe()
+    try:
+        for _ in range(8):
+            frame = frame.f_back if frame is not None else None
+            if frame is None:
+                break
+            owner = frame.f_locals.get("self")
+            callbacks = getattr(owner, "callbacks", None)
+            if isinstance(callbacks, list) and any(
+                c is tuner for c in callbacks
+            ):
+                return next(c for c in callbacks if isinstance(c, XLATuner))
+    finally:
+        del frame
+    return tuner

@@ -347,3 +347,32 @@ def test_mixed_precision_applied_and_checked():
     assert "policy-set-after-build" in checker.report.finding_codes()
     with pytest.raises(ValueError, match=r"mixed_precision='mixed_int3'"):
         XLATuner(mixed_precision="mixed_int3")
+
+
+def test_second_tuner_on_one_fit_stands_aside_and_says_so(profiled):
+    x, y = regression_data(40)  # batches of 16, 16, 8
+    model = conv_model()
+    first = XLATuner(verbose=0, analyze_hlo=False)
+    second = XLATuner(verbose=0, analyze_hlo=False)
+    with profiled() as events, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        history = model.fit(
+            x, y, batch_size=16, epochs=2, verbose=0, callbacks=[first, second]
+        )
+    assert len(history.history["loss"]) == 2
+    assert int(model.optimizer.iterations) == 6  # every step trained
+    # The first tuner counts what the profiler saw; the second says why it
+    # has nothing.
+    assert first.report.total_compilations == len(events) == 2
+    assert "duplicate-tuner" not in first.report.finding_codes()
+    assert second.report.finding_codes() == ["duplicate-tuner"]
+    (finding,) = second.report.findings
+    assert "Pass one XLATuner" in finding.fix
+    assert second.report.epochs == []
+    # Alone on the next fit, the second tuner works.
+    with profiled() as again, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[second])
+    assert second.report.finding_codes().count("duplicate-tuner") == 0
+    assert len(second.report.epochs) == 1
+    assert second.report.total_compilations == len(again)

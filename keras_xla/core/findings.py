@@ -79,6 +79,7 @@ TRIAL_SKIPPED = "trial-skipped"
 TUNER_ERROR = "tuner-error"
 NO_STEPS = "no-steps"
 OUTPUT_FAILED = "output-failed"
+DUPLICATE_TUNER = "duplicate-tuner"
 
 CODES: dict[str, Code] = _table(
     (PARTIAL_LAST_BATCH, "warning", "a short last batch recompiled"),
@@ -120,6 +121,7 @@ CODES: dict[str, Code] = _table(
     (TUNER_ERROR, "error", "the tuner failed; training went on"),
     (NO_STEPS, "warning", "an epoch trained no step"),
     (OUTPUT_FAILED, "error", "an output could not be written"),
+    (DUPLICATE_TUNER, "warning", "a second XLATuner on one fit stood aside"),
 )
 
 
