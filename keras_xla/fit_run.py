@@ -105,7 +105,7 @@ class FitRun:
         spe = int(model.steps_per_execution or 1)
         if auto:
             self._start_trial(original, spe)
-        elif s.baseline and self.jit_on:
+        elif self.jit_on:
             self._start_trial(None, spe)
         if self.functions is not None:
             self._prepare_functions()

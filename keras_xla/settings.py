@@ -75,6 +75,7 @@ class Settings:
             epoch_steps=params.get("steps"),
             steps_per_call=spe,
             probed=probed,
+            baseline=self.baseline,
         )
 
 

@@ -125,6 +125,7 @@ class Request:
         epoch_steps: Keras's steps per epoch, if known.
         steps_per_call: `steps_per_execution`.
         probed: Whether the model's steps carry the shape probe.
+        baseline: `XLATuner(baseline=...)`.
     """
 
     jit: Any
@@ -134,6 +135,7 @@ class Request:
     epoch_steps: int | None
     steps_per_call: int
     probed: bool
+    baseline: bool = True
 
 
 def plan(
@@ -319,6 +321,9 @@ def plan_baseline(
     `BASELINE_SHARE` of the first epoch, `BASELINE_MIN_STEPS` to
     `BASELINE_MAX_STEPS` steps; the model keeps XLA after it."""
     spe, steps = request.steps_per_call, request.epoch_steps
+    if not request.baseline:
+        off = "the baseline window is off (XLATuner(baseline=False))"
+        return Settlement(None, baseline=BaselineSection(reason=off))
     if not steps:
         # Measured: Keras's end-of-data call of a non-XLA train function
         # advances optimizer.iterations (12 for 10 batches over two

@@ -114,6 +114,20 @@ def test_a_real_fit_measures_its_baseline_on_real_steps():
     assert out[1] == f"Verdict: {v.headline}"
 
 
+def test_baseline_off_says_so_in_the_headline():
+    x, y = regression_data(16 * 15)
+    model = conv_model()
+    tuner = XLATuner(verbose=0, analyze_hlo=False, baseline=False)
+    fit(model, x, y, batch_size=16, epochs=1, tuner=tuner)
+    report = tuner.report
+    assert report.baseline.steps == 0 and report.baseline.cost_seconds == 0
+    assert report.verdict.speedup is None
+    assert report.verdict.headline.endswith(
+        "unknown: the baseline window is off (XLATuner(baseline=False))."
+    )
+    assert int(model.optimizer.iterations.numpy()) == 15
+
+
 def test_a_blocked_model_names_the_layer():
     keras.utils.set_random_seed(0)
     lookup = keras.layers.IntegerLookup(vocabulary=[1, 2, 3], name="ids")
