@@ -28,7 +28,7 @@ from keras_xla.tf_backend import compile_cache as cache_lib
 from keras_xla.tf_backend import jit as jit_lib
 from keras_xla.tf_backend import precision as precision_lib
 from keras_xla.tf_backend import unsupported as unsupported_lib
-from keras_xla.tf_backend.profiler import ProfileWindow
+from keras_xla.tf_backend.profiler import ProfileRun
 from keras_xla.tf_backend.step_functions import StepFunctions
 from keras_xla.tf_backend.summaries import SummaryWriter, write_epoch
 
@@ -64,7 +64,13 @@ class FitRun:
         self.functions: StepFunctions | None = None
         self.log: StepLog | None = None
         self.trial: trial_runner.TrialRunner | None = None
-        self.window: ProfileWindow | None = None
+        self.profile = (
+            ProfileRun(
+                settings.log_dir, settings.profile_steps, self.report, self.book
+            )
+            if settings.profile_steps is not None
+            else None
+        )
         self._hlo_done = False
         self._decided = False  # a decision to write at epoch end
         self._steps_done = 0  # train steps of the epochs before
@@ -143,9 +149,17 @@ class FitRun:
             int(model.steps_per_execution or 1),
             model.dtype_policy.name,
         )
-        wrap = self._guard if self.jit_on else None
         for function in functions:
-            self.functions.prepare(model, function, config, wrap)
+            self.functions.prepare(model, function, config, self._wrap)
+
+    def _wrap(self, function: str, fn: Any) -> Any:
+        """The fit's wrapper of a step function: the unsupported-op guard
+        while XLA is on; a profiler window stops if the step raises."""
+        if self.jit_on:
+            fn = self._guard(function, fn)
+        if self.profile is None or function != "train":
+            return fn
+        return self.profile.wrap(fn)
 
     # Unsupported ops.
 
@@ -240,8 +254,8 @@ class FitRun:
         if self.trial is not None and function == "train":
             self.log.close(self.counting, now)
             self._trial_step(batch)
-        if self.settings.profile_steps is not None and function == "train":
-            self._profile_step()
+        if self.profile is not None and function == "train":
+            self.profile.before_call(self.log.timer.clock_offset + now)
         self.log.begin(function, batch, now, self.counting)
 
     # Epochs and validation runs.
@@ -344,29 +358,9 @@ class FitRun:
             clustering.clusters = dict(self.log.clusters)
             inside, total = self.log.coverage()
             clustering.ops_in_clusters, clustering.step_ops = inside, total
-        if self.window is not None and self.report.profile is not None:
-            # The report learns of a run's compilations when it ends.
-            self.report.profile.tuner_compilations = self.window.count_inside(
-                self.report.compile_log
-            )
+        if self.profile is not None:
+            self.profile.count()
         self.report.verdict = verdict_lib.build(self.report)
-
-    # The profiler window.
-
-    def _profile_step(self) -> None:
-        """Before every train call: starts or stops the window."""
-        if self.window is None:
-            self.window = ProfileWindow(
-                self.settings.log_dir, *self.settings.profile_steps
-            )
-        self._apply_profile(*self.window.before_call(self.report.compile_log))
-
-    def _apply_profile(self, section, error: str) -> None:
-        if section is not None:
-            self.report.profile = section
-        if error:
-            message, fix = ProfileWindow.busy_finding(error)
-            self.book.add(codes.PROFILER_BUSY, message, fix)
 
     # Outputs.
 
@@ -388,8 +382,8 @@ class FitRun:
         if not self.active:
             return None
         self.log.close(self.counting)
-        if self.window is not None:
-            self._apply_profile(*self.window.finish(self.report.compile_log))
+        if self.profile is not None:
+            self.profile.finish()
         self.active = False
         if self.functions is not None:
             self.functions.unwrap(self.model)

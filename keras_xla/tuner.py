@@ -244,7 +244,15 @@ class XLATuner(keras.callbacks.Callback):
             self._settings(), self.model, self.params, self._previous_trial
         )
         self._report = self._run.report
-        first = _first_tuner(self)
+        callbacks = _callback_list(self)
+        first = next(
+            (
+                c
+                for c in getattr(callbacks, "callbacks", ())
+                if isinstance(c, XLATuner)
+            ),
+            self,
+        )
         if first is not self:
             # Two owners of one model's step functions would each see half
             # the truth: the first one does the work, this one says so.
@@ -256,6 +264,12 @@ class XLATuner(keras.callbacks.Callback):
             )
             return
         self._guarded("on_train_begin", self._run.begin)
+        if self._run.profile is not None and callbacks is not None:
+            # An error in any callback stops the profiler window too.
+            for hook in _LOOP_HOOKS:
+                if hasattr(callbacks, hook):
+                    wrapped = self._run.profile.wrap(getattr(callbacks, hook))
+                    setattr(callbacks, hook, wrapped)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._guarded("on_epoch_begin", self._run.epoch_begin, epoch)
@@ -313,10 +327,19 @@ class XLATuner(keras.callbacks.Callback):
             )
 
 
-def _first_tuner(tuner: XLATuner) -> XLATuner:
-    """The first XLATuner in the callback list that is calling `tuner`'s
-    `on_train_begin` (found on the call stack); `tuner` itself if it is
-    the first, or if the list cannot be found."""
+# The callback-list hooks Keras's fit loop calls.
+_LOOP_HOOKS = tuple(
+    f"on_{part}"
+    for part in (
+        "epoch_begin", "epoch_end", "train_batch_begin", "train_batch_end",
+        "test_begin", "test_end", "test_batch_begin", "test_batch_end",
+    )
+)  # fmt: skip
+
+
+def _callback_list(tuner: XLATuner):
+    """The Keras callback list that is calling `tuner`'s hook, found on
+    the call stack; None if it cannot be found."""
     import inspect
 
     frame = inspect.currentframe()
@@ -330,7 +353,7 @@ def _first_tuner(tuner: XLATuner) -> XLATuner:
             if isinstance(callbacks, list) and any(
                 c is tuner for c in callbacks
             ):
-                return next(c for c in callbacks if isinstance(c, XLATuner))
+                return owner
     finally:
         del frame
-    return tuner
+    return None

@@ -1,5 +1,6 @@
 """Deep diagnostics: unsupported ops, HLO statistics, profile windows."""
 
+import glob
 import os
 import warnings
 
@@ -269,6 +270,98 @@ def test_profile_window_matches_the_tuners_count(tmp_path):
     # The partial batch at step 4 recompiles inside the window.
     assert profile["profiler_compilations"] == profile["tuner_compilations"]
     assert profile["tuner_compilations"] == 1
+
+
+def test_profile_window_from_step_zero_counts_both_compilations(tmp_path):
+    x, y = regression_data(40)  # steps 0-1 of 16, step 2 of 8
+    from conftest import conv_model
+
+    tuner = XLATuner(
+        log_dir=str(tmp_path),
+        verbose=0,
+        analyze_hlo=False,
+        profile_steps=(0, 3),
+        baseline=False,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        conv_model().fit(
+            x, y, batch_size=16, epochs=2, verbose=0, callbacks=[tuner]
+        )
+    profile = tuner.report.profile
+    # Step 0 compiles the full batch, step 2 the partial one: both inside.
+    assert profile["profiler_compilations"] == 2
+    assert profile["tuner_compilations"] == 2
+
+
+class Interrupt(keras.callbacks.Callback):
+    """Raises `error` at the start of train step `at`."""
+
+    def __init__(self, at, error):
+        super().__init__()
+        self.at, self.error = at, error
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if batch == self.at:
+            raise self.error
+
+
+def failing_data(fail_at, batch=8):
+    """Batches of a generator dataset that raises at batch `fail_at`."""
+
+    def gen():
+        for i in range(10):
+            if i == fail_at:
+                raise RuntimeError("the data source broke")
+            yield np.ones((batch, 16, 4), "float32"), np.ones((batch, 1))
+
+    return tf.data.Dataset.from_generator(
+        gen,
+        output_signature=(
+            tf.TensorSpec((batch, 16, 4), tf.float32),
+            tf.TensorSpec((batch, 1), tf.float64),
+        ),
+    )
+
+
+@pytest.mark.parametrize(
+    "how", ["keyboard-interrupt-in-a-callback", "error-in-the-step"]
+)
+def test_interrupted_fit_stops_the_profiler_window(tmp_path, how):
+    from conftest import conv_model
+
+    x, y = regression_data(80)
+    tuner = XLATuner(
+        log_dir=str(tmp_path / "logs"),
+        verbose=0,
+        analyze_hlo=False,
+        profile_steps=(0, 6),
+        baseline=False,
+    )
+    model = conv_model()
+    with pytest.raises((KeyboardInterrupt, Exception)) as raised:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if how == "error-in-the-step":
+                model.fit(
+                    failing_data(3), epochs=1, verbose=0, callbacks=[tuner]
+                )
+            else:
+                stop = Interrupt(2, KeyboardInterrupt())
+                model.fit(
+                    x, y, batch_size=8, verbose=0, callbacks=[tuner, stop]
+                )
+    if how == "error-in-the-step":
+        assert "the data source broke" in str(raised.value)
+    else:
+        assert raised.type is KeyboardInterrupt
+    # The window's trace was written, and the user's own profiler starts.
+    traces = glob.glob(
+        str(tmp_path / "logs" / "plugins" / "profile" / "*" / "*.xplane.pb")
+    )
+    assert len(traces) == 1
+    tf.profiler.experimental.start(str(tmp_path / "mine"))
+    tf.profiler.experimental.stop()
 
 
 def test_profiler_already_running_is_a_finding(tmp_path):

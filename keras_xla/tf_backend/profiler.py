@@ -146,20 +146,27 @@ class ProfileWindow:
         self.started_at = self.ended_at = 0.0
         self._files_before: set[str] = set()
 
-    def begin(self) -> str | None:
+    def begin(self, now: float | None = None) -> str | None:
         """Starts the profiler; returns an error message instead of
-        raising when it cannot (another profiler is running, say)."""
+        raising when it cannot (another profiler is running, say). `now`:
+        the Unix time the first call of the window began, if earlier."""
         import tensorflow as tf
 
         self._files_before = set(xplane_files(self.log_dir))
+        started = time.time() if now is None else min(now, time.time())
         try:
             tf.profiler.experimental.start(self.log_dir)
         except Exception as error:  # noqa: BLE001 - never stop training
             self.done = True
             return f"{type(error).__name__}: {error}".strip()
         self.running = True
-        self.started_at = time.time()
+        self.started_at = started
         return None
+
+    def abort(self) -> None:
+        """Stops a running profiler when the fit is interrupted (the trace
+        is kept; the report has no section)."""
+        self.end()
 
     def end(self) -> str | None:
         """Stops the profiler; returns an error message instead of raising."""
@@ -176,15 +183,18 @@ class ProfileWindow:
             return f"{type(error).__name__}: {error}".strip()
         return None
 
-    def before_call(self, compile_log) -> tuple[ProfileSection | None, str]:
-        """Before each train call of the fit: starts or stops the profiler
-        where the window says. Returns the report's section when the
-        window just closed, and an error message ('' if none)."""
+    def before_call(
+        self, compile_log, now: float | None = None
+    ) -> tuple[ProfileSection | None, str]:
+        """Before each train call of the fit (begun at Unix time `now`):
+        starts or stops the profiler where the window says. Returns the
+        report's section when the window just closed, and an error message
+        ('' if none)."""
         index, self.calls = self.calls, self.calls + 1
         if self.running and index > self.stop:
             return self.finish(compile_log)
         if not self.done and not self.running and index == self.start:
-            return None, self.begin() or ""
+            return None, self.begin(now) or ""
         return None, ""
 
     def finish(self, compile_log) -> tuple[ProfileSection | None, str]:
@@ -237,3 +247,71 @@ class ProfileWindow:
         for f in self.new_files():
             events.extend(read_compile_events(f))
         return sorted(events, key=lambda e: e.start)
+
+
+def stop_on_error(fn, window_of):
+    """`fn` that stops the profiler window `window_of()` returns (if it
+    runs) when `fn` raises, a KeyboardInterrupt included, so an
+    interrupted fit leaves no profiler running; the error goes on."""
+
+    def guarded(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except BaseException:
+            window = window_of()
+            if window is not None:
+                window.abort()
+            raise
+
+    return guarded
+
+
+class ProfileRun:
+    """A fit's `profile_steps` window: made at its first train call,
+    started and stopped by call index, stopped too if the fit is
+    interrupted; its section and `profiler-busy` finding go to the fit's
+    report and finding book.
+
+    Args:
+        log_dir: The TensorBoard log directory.
+        steps: `XLATuner(profile_steps=(start, stop))`.
+        report: The fit's `XLAReport`.
+        book: The fit's `FindingBook`.
+    """
+
+    def __init__(self, log_dir: str, steps, report, book) -> None:
+        self.window = ProfileWindow(log_dir, *steps)
+        self.report, self.book = report, book
+
+    def before_call(self, now: float) -> None:
+        """Before each train call (begun at Unix time `now`)."""
+        log = self.report.compile_log
+        self._apply(*self.window.before_call(log, now))
+
+    def finish(self) -> None:
+        """At train end: stops a window still open."""
+        self._apply(*self.window.finish(self.report.compile_log))
+
+    def count(self) -> None:
+        """The report learns of a run's compilations when it ends: the
+        section's count of the tuner's compilations in the window."""
+        if self.report.profile is not None:
+            log = self.report.compile_log
+            self.report.profile.tuner_compilations = self.window.count_inside(
+                log
+            )
+
+    def wrap(self, fn):
+        """`fn` that stops this window if it raises (see `stop_on_error`);
+        holds the window, not the fit."""
+        window = self.window
+        return stop_on_error(fn, lambda: window)
+
+    def _apply(self, section, error: str) -> None:
+        from keras_xla.core import findings
+
+        if section is not None:
+            self.report.profile = section
+        if error:
+            message, fix = ProfileWindow.busy_finding(error)
+            self.book.add(findings.PROFILER_BUSY, message, fix)
