@@ -105,12 +105,12 @@ class _TrialRetraces(logging.Filter):
 
 _FILTER = _TrialRetraces()
 DONE, SWITCHED = "done", "switched"
-# The no-XLA baseline: windows per configuration, share of the first
-# epoch, and its bounds in steps.
-BASELINE_ROUNDS = 2
-BASELINE_SHARE = 0.1
+# The no-XLA baseline: windows per configuration (fewer on a short epoch),
+# share of the first epoch, and its bounds in steps.
+BASELINE_ROUNDS = (3, 2)
+BASELINE_SHARE = 0.15
 BASELINE_MIN_STEPS = 12
-BASELINE_MAX_STEPS = 100
+BASELINE_MAX_STEPS = 120
 
 
 @dataclasses.dataclass(frozen=True)
@@ -317,7 +317,8 @@ def plan_baseline(
     model: Any, request: Request, original: ModelState
 ) -> TrialRunner | Settlement:
     """A no-XLA baseline for a fit with XLA on: windows without XLA
-    interleaved with XLA's (`BASELINE_ROUNDS` each), at most
+    interleaved with XLA's (`BASELINE_ROUNDS`: three each, or two where
+    the budget allows no more), at most
     `BASELINE_SHARE` of the first epoch, `BASELINE_MIN_STEPS` to
     `BASELINE_MAX_STEPS` steps; the model keeps XLA after it."""
     spe, steps = request.steps_per_call, request.epoch_steps
@@ -340,9 +341,12 @@ def plan_baseline(
     budget = min(max(budget, BASELINE_MIN_STEPS), BASELINE_MAX_STEPS)
     if steps is not None:
         budget = min(budget, steps)
-    calls = budget // spe // (2 * BASELINE_ROUNDS)
+    for rounds in BASELINE_ROUNDS:
+        calls = budget // spe // (2 * rounds)
+        if calls >= trial_lib.MIN_WINDOW_CALLS:
+            break
     if not request.probed or calls < trial_lib.MIN_WINDOW_CALLS:
-        need = 2 * BASELINE_ROUNDS * trial_lib.MIN_WINDOW_CALLS * spe
+        need = 2 * rounds * trial_lib.MIN_WINDOW_CALLS * spe
         why = (
             "the model's steps carry no probe (a plain model under a "
             "multi-replica strategy)"
@@ -357,7 +361,7 @@ def plan_baseline(
         keep,
         calls,
         spe,
-        rounds=BASELINE_ROUNDS,
+        rounds=rounds,
     )
     runner = TrialRunner(trial, original, True, keep=keep)
     runner.switch(model, keep)
