@@ -277,3 +277,48 @@ def test_fake_dump_flag_kills_tensorflow_but_not_check_flags(tmp_path):
     assert "RESULT [3.0, 5.0]" in out["dumps"][0]
     texts = [p.read_text() for p in dump_dir.glob("*.txt")]
     assert any(text.startswith("HloModule") for text in texts)
+
+
+@pytest.mark.parametrize(
+    "value, suggestion",
+    [
+        ("--tf_xla_auto_jit = 2", "TF_XLA_FLAGS=--tf_xla_auto_jit=2"),
+        ("--tf_xla_auto_jit =2", "TF_XLA_FLAGS=--tf_xla_auto_jit=2"),
+        ("--tf_xla_auto_jit= 2", "TF_XLA_FLAGS=--tf_xla_auto_jit=2"),
+        ("--tf_xla_auto_jit=2 extra", None),
+    ],
+)
+def test_spaces_around_equals_suggest_the_joined_flag(value, suggestion):
+    problems = F.check_flags({"TF_XLA_FLAGS": value})
+    ignored = [p for p in problems if p.code == "ignored-xla-flag-text"]
+    assert len(ignored) == 1
+    assert ignored[0].suggestion == suggestion
+
+
+def test_doctor_keeps_flags_with_only_ignored_text(monkeypatch):
+    from keras_xla.tf_backend import doctor
+
+    class Seen(Exception):
+        pass
+
+    def runtime(skip_compile):
+        raise Seen(skip_compile, os.environ.get("TF_XLA_FLAGS"))
+
+    monkeypatch.setenv("TF_XLA_FLAGS", "--tf_xla_auto_jit=2 extra")
+    monkeypatch.setattr(doctor, "_runtime", runtime)
+    # The variables as this test sets them (the ledger owns this
+    # process's own TF_XLA_FLAGS).
+    monkeypatch.setattr(
+        doctor.compile_ledger,
+        "user_environment",
+        lambda environ=None: {v: os.environ.get(v) for v in F.VARIABLES},
+    )
+    with pytest.raises(Seen) as seen:
+        doctor.collect_diagnosis()
+    # Harmless trailing text: the variable stays and the compile runs.
+    skip, during = seen.value.args
+    assert skip is False and "--tf_xla_auto_jit=2 extra" in during
+    monkeypatch.setenv("TF_XLA_FLAGS", "--tf_xla_auto_jit=2 --nope")
+    with pytest.raises(Seen) as seen:
+        doctor.collect_diagnosis()
+    assert seen.value.args == (True, None)  # unset: it would abort

@@ -151,16 +151,19 @@ def collect_diagnosis() -> dict[str, Any]:
     """Everything `keras-xla doctor` shows, as a JSON-ready dict.
 
     The flag variables are checked before any TensorFlow op. A variable
-    with a problem is unset while the runtime checks run (TensorFlow
-    would abort on it) and restored after; the smoke compile is skipped.
+    with a problem TensorFlow would abort on is unset while the runtime
+    checks run and restored after, and the smoke compile is skipped;
+    ignored trailing text is only reported.
     """
     values = compile_ledger.user_environment()
     flag_problems = flags_lib.check_flags()
-    unset = sorted({p.variable for p in flag_problems})
+    # Ignored trailing text does not abort: keep the variable and compile.
+    fatal = [p for p in flag_problems if p.code not in flags_lib.HARMLESS]
+    unset = sorted({p.variable for p in fatal})
     for variable in unset:
         del os.environ[variable]
     try:
-        diagnosis = _runtime(skip_compile=bool(flag_problems))
+        diagnosis = _runtime(skip_compile=bool(fatal))
     finally:
         os.environ.update({v: values[v] for v in unset})
     diagnosis.update(values)

@@ -54,6 +54,8 @@ _INT = r"\s*[+-]?\d+"
 _VALUES = {"bool": r"(?i)true|false|1|0", "int32": _INT, "int64": _INT}
 _WHEN = {"TF_XLA_FLAGS": "first op", "XLA_FLAGS": "first XLA compilation"}
 _DIES = "TensorFlow aborts at its {when} ('Unknown flag in {variable}')."
+# The one problem TensorFlow survives: it ignores the text.
+HARMLESS = frozenset(("ignored-xla-flag-text",))
 _MESSAGES = {
     "unknown-xla-flag": "`{flag}` is unknown in {variable}: " + _DIES,
     "xla-flag-wrong-variable": "`{flag}` is unknown in {variable}: " + _DIES,
@@ -322,8 +324,10 @@ def _check_variable(variable: str, value: str) -> list[FlagProblem]:
     tables = _flag_tables() if flags else {}
     problems = [_diagnose(variable, flag, tables) for flag in flags]
     if ignored:
-        word, fix = ignored.split()[0], None
-        if flags and flags[-1].value is None and word[0] != "-":
+        # `--name = 2` or `--name =2`: the value is the word after `=`.
+        words = ignored.lstrip("=").split() if ignored[0] == "=" else ()
+        word, fix = (words or ignored.split())[0], None
+        if flags and not flags[-1].value and word[0] not in "-=":
             fix = f"{variable}={_render(flags[-1].name, word)}"
         problems.append(
             _problem("ignored-xla-flag-text", variable, ignored, fix)
