@@ -43,8 +43,8 @@ def main(argv=None):
     by = {r["label"]: r for r in rows}
     fixed, drift = by.get("fixed-xla"), by.get("random-xla")
     if fixed and drift:
-        incl = train._ratio(fixed, drift)
-        excl = train._ratio(fixed, drift, "images_per_second")
+        incl = train.ratio(fixed, drift)
+        excl = train.ratio(fixed, drift, "images_per_second")
         print(
             f"fixed/random with XLA, img/s including compile: {incl}x, "
             f"steady: {excl}x"
