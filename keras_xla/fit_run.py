@@ -272,7 +272,8 @@ class FitRun:
         self.accountant.start_epoch(epoch)
         status = self.settings.cache_status
         if status is not None:
-            self._cache_before = cache_lib.cache_entries(status.directory)
+            live = status.live_directory
+            self._cache_before = cache_lib.cache_entries(live)
 
     def test_begin(self) -> None:
         if self.active:
@@ -328,7 +329,7 @@ class FitRun:
         status = self.settings.cache_status
         if status is not None and status.active:
             cache_lib.label_stats(
-                self.report, stats, self._cache_before, status.directory
+                self.report, stats, self._cache_before, status
             )
 
     def _check(self, stats, records) -> None:

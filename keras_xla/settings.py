@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from keras_xla import trial_runner
-from keras_xla.core import findings
 from keras_xla.core.trial import AUTO, validate_budget
 from keras_xla.tf_backend import compile_cache as cache_lib
 from keras_xla.tf_backend import jit as jit_lib
@@ -51,17 +50,7 @@ class Settings:
             )
             for p in self.flag_problems
         ]
-        status = self.cache_status
-        if status is not None and not status.active:
-            out.append(
-                (
-                    findings.COMPILE_CACHE_INACTIVE,
-                    status.message,
-                    cache_lib.INACTIVE_FIX,
-                    (),
-                )
-            )
-        return out
+        return out + cache_lib.setup_findings(self.cache_status)
 
     def trial_request(
         self, xla_possible: bool, params: dict, spe: int, probed: bool

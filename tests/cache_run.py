@@ -44,7 +44,12 @@ def main():
     rng = np.random.default_rng(0)
     x = rng.random((40, 16, 16, 3), dtype=np.float32)
     y = rng.random((40, 4), dtype=np.float32)
+    start = [w.numpy().copy() for w in model.trainable_weights]
     model.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[tuner])
+    moved = any(
+        not np.array_equal(a, w.numpy())
+        for a, w in zip(start, model.trainable_weights)
+    )
     report = tuner.report
     print(
         json.dumps(
@@ -55,6 +60,9 @@ def main():
                 "cache": [c.cache for c in report.compile_log],
                 "hits": [e.compile_cache_hits for e in report.epochs],
                 "codes": report.finding_codes(),
+                "messages": [f.message for f in report.findings],
+                "steps": int(model.optimizer.iterations.numpy()),
+                "weights_moved": moved,
             }
         )
     )

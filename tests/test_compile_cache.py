@@ -13,7 +13,7 @@ from keras_xla.tf_backend import compile_cache as cache_lib
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run(cache_dir, log_dir, *extra):
+def run(cache_dir, log_dir, *extra, env_extra=None):
     cmd = [
         sys.executable,
         os.path.join(HERE, "cache_run.py"),
@@ -22,6 +22,7 @@ def run(cache_dir, log_dir, *extra):
         *extra,
     ]
     env = {k: v for k, v in os.environ.items() if k != "TF_XLA_FLAGS"}
+    env.update(env_extra or {})
     proc = subprocess.run(
         cmd, capture_output=True, text=True, timeout=300, env=env
     )
@@ -60,12 +61,79 @@ def test_restarted_run_is_served_from_the_cache(tmp_path):
     assert cache_lib.cache_entries(str(cache)) == {}
 
 
-def test_late_enable_is_a_finding_not_a_silent_no_op(tmp_path):
-    out = run(tmp_path / "cache", tmp_path / "run", "late")
+def test_late_enable_is_mirrored_through_the_ledger(tmp_path):
+    # TensorFlow compiled before the tuner existed (the usual order: model
+    # first, tuner second): the cache still works, through the ledger.
+    cache = tmp_path / "cache"
+    first = run(cache, tmp_path / "run1", "late")
+    assert first["compile_cache"]["active"] is True
+    assert first["cache"] == ["miss", "miss"]
+    # Saved out: the fit's two signatures and the script's own early
+    # compilation (every compilation of the process goes to the cache).
+    assert len(cache_lib.cache_entries(str(cache))) == 3
+    second = run(cache, tmp_path / "run2", "late")
+    assert second["cache"] == ["hit", "hit"]
+    assert second["compile_cache"]["entries_at_start"] == 3
+    assert second["steps"] == 6 and second["weights_moved"]
+
+
+def test_late_enable_without_the_ledger_is_a_finding(tmp_path):
+    off = {"KERAS_XLA_LEDGER": "0"}
+    out = run(tmp_path / "cache", tmp_path / "run", "late", env_extra=off)
     assert out["compile_cache"]["active"] is False
     assert "compile-cache-inactive" in out["codes"]
     assert out["cache"] == [None, None]
     assert cache_lib.cache_entries(str(tmp_path / "cache")) == {}
+    assert out["steps"] == 6
+
+
+def test_corrupt_entries_are_set_aside_and_training_goes_on(tmp_path):
+    cache = tmp_path / "cache"
+    run(cache, tmp_path / "run1")
+    random_bytes, truncated = sorted(cache_lib.cache_entries(str(cache)))
+    size = os.path.getsize(cache / truncated)
+    (cache / random_bytes).write_bytes(os.urandom(size))
+    (cache / truncated).write_bytes((cache / truncated).read_bytes()[:1000])
+    empty = "xla_compile_cache__1__2__XLA_CPU_JIT.pb"
+    (cache / empty).write_bytes(b"")
+    out = run(cache, tmp_path / "run2")
+    # Every step trained (Keras reads a truncated entry as the end of the
+    # data and would train none), and each bad file is named.
+    assert out["steps"] == 6 and out["weights_moved"]
+    assert out["codes"].count("compile-cache-corrupt") == 3
+    for name in (random_bytes, truncated, empty):
+        assert any(name in m for m in out["messages"])
+        assert (cache / f"{name}.corrupt").exists()
+    # The two signatures compiled again, and their entries are whole.
+    assert out["cache"] == ["miss", "miss"]
+    assert sorted(cache_lib.cache_entries(str(cache))) == [
+        random_bytes,
+        truncated,
+    ]
+
+
+def test_bad_cache_paths(tmp_path):
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    with pytest.raises(ValueError, match=r"compile_cache=.*file.*a file"):
+        cache_lib.enable_compile_cache(str(a_file))
+    status = cache_lib.enable_compile_cache(str(a_file / "sub"))
+    assert status.active is False
+    assert "cannot be created" in status.message
+    assert str(a_file / "sub") in status.message
+
+
+def test_read_only_cache_is_read_not_written(tmp_path, monkeypatch):
+    from keras_xla.tf_backend import cache_entries, compile_ledger
+
+    # In this process TensorFlow has started: the cache is mirrored.
+    monkeypatch.setattr(cache_entries, "writable", lambda directory: False)
+    status = cache_lib.enable_compile_cache(str(tmp_path / "ro"))
+    assert status.active is True and status.persist is False
+    assert status.live == compile_ledger.status().directory
+    assert "cannot be written" in status.message
+    (finding,) = cache_lib.setup_findings(status)
+    assert finding[0] == "compile-cache-read-only"
 
 
 def test_label_cache_use_matches_entries_to_steps(tmp_path):

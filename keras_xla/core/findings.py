@@ -80,6 +80,8 @@ TUNER_ERROR = "tuner-error"
 NO_STEPS = "no-steps"
 OUTPUT_FAILED = "output-failed"
 DUPLICATE_TUNER = "duplicate-tuner"
+COMPILE_CACHE_CORRUPT = "compile-cache-corrupt"
+COMPILE_CACHE_READ_ONLY = "compile-cache-read-only"
 
 CODES: dict[str, Code] = _table(
     (PARTIAL_LAST_BATCH, "warning", "a short last batch recompiled"),
@@ -122,6 +124,8 @@ CODES: dict[str, Code] = _table(
     (NO_STEPS, "warning", "an epoch trained no step"),
     (OUTPUT_FAILED, "error", "an output could not be written"),
     (DUPLICATE_TUNER, "warning", "a second XLATuner on one fit stood aside"),
+    (COMPILE_CACHE_CORRUPT, "warning", "corrupt cache entries set aside"),
+    (COMPILE_CACHE_READ_ONLY, "info", "the cache is read, not written"),
 )
 
 

@@ -17,19 +17,26 @@ keep compiled executables on disk when `TF_XLA_FLAGS` holds
   them all, e.g. the workers of a multi-worker run or parallel trials.
 
 TensorFlow reads `TF_XLA_FLAGS` once, when it first lists devices (at its
-first op). Setting it later, even after `import tensorflow`, works until
-then; after it the flag silently does nothing. `enable_compile_cache()`
-therefore checks with a tiny canary compilation that entries appear.
+first op). Before then, `enable_compile_cache()` sets the flag and checks
+with a tiny canary compilation that entries appear. After it (the usual
+script order: build the model, then create the tuner), TensorFlow already
+writes to the compile ledger's directory (set at `import keras_xla`), so
+the cache is mirrored through it: its entries are copied in (hits), and
+new ones copied back out at every epoch end and at exit. A directory that
+cannot be written is read the same way; corrupt entries are set aside
+(`cache_entries`) before TensorFlow can load them.
 """
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import json
 import os
 import statistics
 
 from keras_xla.core.report import CompileCacheSection
+from keras_xla.tf_backend import cache_entries as entries_lib
 from keras_xla.tf_backend import compile_ledger
 
 CACHE_FLAG = compile_ledger.CACHE_FLAG
@@ -45,12 +52,23 @@ class CacheStatus:
         active: Whether a compilation now writes entries there.
         entries: Entries found when the cache was enabled.
         message: One sentence saying what was found and what to do.
+        live: Where TensorFlow writes its entries, when that is not
+            `directory` (the cache is mirrored through the ledger's).
+        persist: Whether new entries are saved to `directory`.
+        set_aside: Corrupt entries renamed `<name>.corrupt`.
     """
 
     directory: str
     active: bool
     entries: int
     message: str
+    live: str = ""
+    persist: bool = True
+    set_aside: tuple[str, ...] = ()
+
+    @property
+    def live_directory(self) -> str:
+        return self.live or self.directory
 
 
 def cache_entries(directory: str) -> dict[str, float]:
@@ -76,60 +94,118 @@ def clear_compile_cache(directory: str) -> int:
 def enable_compile_cache(directory: str, verify: bool = True) -> CacheStatus:
     """Turns on XLA's persistent compile cache for this process.
 
-    Call it before TensorFlow's first op in the process (before the
-    first `fit` with XLA). It sets the flag in `TF_XLA_FLAGS`, keeping the
-    user's other flags, then (with `verify=True`) compiles a tiny canary
-    function and checks that a cache entry appears; the canary's entry is
-    removed again.
+    Works in any script order once `keras_xla` was imported before
+    TensorFlow ran an op. Before TensorFlow's first op it sets the flag in
+    `TF_XLA_FLAGS`, keeping the user's other flags, then (with
+    `verify=True`) compiles a tiny canary function and checks that a cache
+    entry appears; the canary's entry is removed again. After it, the
+    cache is mirrored through the compile ledger's directory (see the
+    module docstring). Corrupt entries are renamed `<name>.corrupt` first.
 
     Args:
         directory: Where entries go; created if missing.
         verify: Run the canary check. Defaults to `True`.
 
     Returns:
-        A `CacheStatus`; `active=False` means XLA had already compiled in
-        this process, so the flag came too late.
+        A `CacheStatus`; `active=False` says why the cache is not in force
+        (the directory cannot be created, or TensorFlow started before
+        keras_xla was imported and the ledger is off). Raises `ValueError`
+        if `directory` is not a path or is a file.
     """
     if not isinstance(directory, (str, os.PathLike)) or not str(directory):
         raise ValueError(
             f"Unsupported value `compile_cache={directory!r}`: pass a "
             "directory path."
         )
+    directory = os.path.abspath(os.fspath(directory))
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise ValueError(
+            f"Unsupported value `compile_cache={directory!r}`: that is a "
+            "file, not a directory. Pass a directory path (created if "
+            "missing)."
+        )
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as error:
+        return CacheStatus(
+            directory,
+            False,
+            0,
+            f"The compile cache directory {directory} cannot be created "
+            f"({type(error).__name__}: {error}); training runs without it.",
+        )
+    can_write = entries_lib.writable(directory)
+    aside = tuple(entries_lib.set_aside(directory)) if can_write else ()
+    existing = len(cache_entries(directory))
+    ledger = compile_ledger.status().directory
+    if can_write and not compile_ledger.tensorflow_started():
+        return _set_flag(directory, existing, aside, verify)
+    if ledger is not None and os.path.abspath(ledger) != directory:
+        copied = entries_lib.copy_entries(directory, ledger)
+        if can_write:
+            atexit.register(entries_lib.copy_entries, ledger, directory)
+        saved = (
+            "new ones are saved there at every epoch end"
+            if can_write
+            else "it cannot be written, so new compilations are not saved"
+        )
+        message = (
+            f"XLA persistent compile cache active in {directory} through "
+            f"this process's compile ledger ({len(copied)} of {existing} "
+            f"entries copied in; {saved})."
+        )
+        return CacheStatus(
+            directory, True, existing, message, ledger, can_write, aside
+        )
+    if ledger is not None:
+        message = f"XLA persistent compile cache active in {directory}."
+        return CacheStatus(directory, True, existing, message, "", True, aside)
+    message = (
+        "The XLA compile cache flag came too late: TensorFlow reads "
+        "TF_XLA_FLAGS once, at its first op, and had run one already in "
+        "this process, and the compile ledger is off "
+        f"({compile_ledger.status().reason}). Import keras_xla before "
+        "TensorFlow runs an op, or set TF_XLA_FLAGS before starting Python."
+    )
+    return CacheStatus(directory, False, existing, message, set_aside=aside)
+
+
+def _set_flag(directory, existing, aside, verify) -> CacheStatus:
+    """Before TensorFlow starts: the flag names `directory`; a canary
+    compilation checks that entries appear there."""
     from keras_xla.tf_backend.flags import with_flag
 
-    directory = os.path.abspath(os.fspath(directory))
-    os.makedirs(directory, exist_ok=True)
     previous = os.environ.get("TF_XLA_FLAGS")
     os.environ["TF_XLA_FLAGS"] = with_flag(
         previous or "", CACHE_FLAG, directory
     )
-    existing = len(cache_entries(directory))
     if not verify:
         return CacheStatus(
-            directory, True, existing, "Cache flag set (not verified)."
-        )
-    active = _canary_writes_entry(directory)
+            directory, True, existing, "Cache flag set (not verified).", "",
+            True, aside,
+        )  # fmt: skip
+    try:
+        active, problem = _canary_writes_entry(directory), ""
+    except Exception as error:  # noqa: BLE001 - never stop the user
+        active, problem = False, f" ({type(error).__name__}: {error})"
     if active:
         compile_ledger.use_directory(directory)
         message = (
             f"XLA persistent compile cache active in {directory} "
             f"({existing} entries found)."
         )
+        return CacheStatus(directory, True, existing, message, "", True, aside)
+    # The flag is not in force: leave the variable as TensorFlow read it,
+    # so it does not claim a cache this process does not have.
+    if previous is None:
+        del os.environ["TF_XLA_FLAGS"]
     else:
-        message = (
-            "The XLA compile cache flag came too late: TensorFlow reads "
-            "TF_XLA_FLAGS once, at its first op, and had run one already "
-            "in this process. Construct XLATuner(compile_cache=...) or call "
-            "keras_xla.enable_compile_cache() before building the model, "
-            "or set TF_XLA_FLAGS before starting Python."
-        )
-        # The flag is not in force: leave the variable as TensorFlow read
-        # it, so it does not claim a cache this process does not have.
-        if previous is None:
-            del os.environ["TF_XLA_FLAGS"]
-        else:
-            os.environ["TF_XLA_FLAGS"] = previous
-    return CacheStatus(directory, active, existing, message)
+        os.environ["TF_XLA_FLAGS"] = previous
+    message = (
+        f"The XLA compile cache in {directory} did not take effect: its "
+        f"canary compilation wrote no entry{problem}."
+    )
+    return CacheStatus(directory, False, existing, message, set_aside=aside)
 
 
 def _canary_writes_entry(directory: str) -> bool:
@@ -254,16 +330,20 @@ INACTIVE_FIX = (
 )
 
 
-def label_stats(report, stats, before: dict[str, float], directory: str):
+def label_stats(report, stats, before: dict[str, float], status):
     """`label_epoch` for the epoch of `stats` (an `EpochStats`), whose
-    hit and miss counts it sets."""
+    hit and miss counts it sets; a mirrored cache's new entries are then
+    saved to its directory."""
     stats.compile_cache_hits, stats.compile_cache_misses = label_epoch(
         report.compile_cache,
         stats.epoch,
         report.compile_log,
         before,
-        directory,
+        status.live_directory,
+        status.directory if status.persist else None,
     )
+    if status.live and status.persist:
+        entries_lib.copy_entries(status.live, status.directory)
 
 
 def label_epoch(
@@ -272,16 +352,63 @@ def label_epoch(
     compile_log: list,
     before: dict[str, float],
     directory: str,
+    times_directory: str | None = "",
 ) -> tuple[int, int]:
     """Labels the compilations of `epoch` in `compile_log` (the fit's)
-    hit or miss, adds them to `section` with what the hits saved; returns
-    the epoch's `(hits, misses)`."""
+    hit or miss from the entries of `directory` (where TensorFlow writes),
+    adds them to `section` with what the hits saved (compile times kept in
+    `times_directory`, `directory` if '', none if None); returns the
+    epoch's `(hits, misses)`."""
     compiled = [c for c in compile_log if c.epoch == epoch]
     label_cache_use(compiled, before, directory)
     hits = sum(c.cache == "hit" for c in compiled)
     misses = sum(c.cache == "miss" for c in compiled)
     section.hits += hits
     section.misses += misses
-    for key, value in record_compile_times(directory, compile_log).items():
-        setattr(section, key, value)
+    if times_directory is not None:
+        times = record_compile_times(times_directory or directory, compile_log)
+        for key, value in times.items():
+            setattr(section, key, value)
     return hits, misses
+
+
+def setup_findings(status: CacheStatus | None) -> list[tuple]:
+    """`(code, message, fix, place)` for the cache at a fit's start: not
+    in force, corrupt entries set aside, read only. Corrupt entries of a
+    cache the user set in `TF_XLA_FLAGS` (the ledger's directory, not this
+    module's) are set aside here too, before the fit's first compilation
+    can load them."""
+    from keras_xla.core import findings
+
+    out, aside = [], []
+    if status is not None:
+        aside = [(status.directory, n) for n in status.set_aside]
+        if not status.active:
+            out.append(
+                (findings.COMPILE_CACHE_INACTIVE, status.message, INACTIVE_FIX)
+            )
+        elif not status.persist:
+            out.append(
+                (
+                    findings.COMPILE_CACHE_READ_ONLY,
+                    status.message,
+                    f"Make {status.directory} writable to save new entries.",
+                )
+            )
+    ledger = compile_ledger.status()
+    if ledger.directory and not ledger.owned:
+        moved = entries_lib.set_aside(ledger.directory)
+        aside += [(ledger.directory, n) for n in moved]
+    for directory, name in aside:
+        out.append(
+            (
+                findings.COMPILE_CACHE_CORRUPT,
+                f"The compile cache entry {os.path.join(directory, name)} is "
+                "not a valid XLA cache entry (empty, truncated or damaged), "
+                f"so it was renamed {name}{entries_lib.CORRUPT_SUFFIX}: "
+                "TensorFlow would have failed the step that loads it.",
+                "Nothing to do: the signature compiles again and its new "
+                "entry replaces it. Delete the .corrupt file when done.",
+            )
+        )
+    return [(*finding, (finding[1],)) for finding in out]
