@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from keras_xla.tf_backend import flag_tables
 from keras_xla.tf_backend import flags as F
 from keras_xla.tf_backend.flags import Flag
 
@@ -138,7 +139,7 @@ def test_known_flags_come_from_the_installed_tensorflow():
         (
             {"XLA_FLAGS": "--xla_dump_hlo_as_text=yes"},
             "invalid-xla-flag-value",
-            None,
+            "XLA_FLAGS=--xla_dump_hlo_as_text=true",  # yes -> true
         ),
         (
             {"TF_XLA_FLAGS": "--tf_xla_min_cluster_size=four"},
@@ -213,17 +214,17 @@ def test_check_flags_never_raises(monkeypatch, caplog):
     def broken():
         raise RuntimeError("probe exploded")
 
-    monkeypatch.setattr(F, "_flag_tables", broken)
+    monkeypatch.setattr(flag_tables, "tables", broken)
     assert F.check_flags({"XLA_FLAGS": "--xla_dump_to=/d"}) == []
     assert "probe exploded" in caplog.text
 
 
 def test_curated_fallback_reports_only_certain_problems(monkeypatch):
     child = run_python("print('no tensorflow here')")
-    table = F._read_probe("XLA_FLAGS", child)
+    table = flag_tables.read_probe("XLA_FLAGS", child)
     assert table.complete is False and "xla_dump_to" in table.types
-    tables = {v: F._read_probe(v, run_python("")) for v in F.VARIABLES}
-    monkeypatch.setattr(F, "_flag_tables", lambda: tables)
+    tables = {v: flag_tables.read_probe(v, run_python("")) for v in F.VARIABLES}
+    monkeypatch.setattr(flag_tables, "tables", lambda: tables)
     environ = {
         "TF_XLA_FLAGS": "--tf_xla_dump_to=/x --tf_xla_other=1",
         "XLA_FLAGS": "--xla_unlisted_flag=1 --tf_xla_auto_jit=2",
@@ -322,3 +323,27 @@ def test_doctor_keeps_flags_with_only_ignored_text(monkeypatch):
     with pytest.raises(Seen) as seen:
         doctor.collect_diagnosis()
     assert seen.value.args == (True, None)  # unset: it would abort
+
+
+@pytest.mark.parametrize(
+    "value, bad, suggestion",
+    [
+        # Measured: TensorFlow aborts its first op on `=fast`, not on
+        # `=3` or `=single-gpu(2)`.
+        ("--tf_xla_auto_jit=fast", True, None),
+        ("--tf_xla_auto_jit=3", False, None),
+        ("--tf_xla_auto_jit=single-gpu(2)", False, None),
+        ("--tf_xla_auto_jit=fusible", False, None),
+        ("--tf_xla_cpu_global_jit=yes", True, "--tf_xla_cpu_global_jit=true"),
+        ("--tf_xla_cpu_global_jit=off", True, "--tf_xla_cpu_global_jit=false"),
+    ],
+)
+def test_flag_values_are_checked(value, bad, suggestion):
+    problems = F.check_flags({"TF_XLA_FLAGS": value})
+    assert [p.code for p in problems] == (
+        ["invalid-xla-flag-value"] if bad else []
+    )
+    if suggestion:
+        assert problems[0].suggestion == f"TF_XLA_FLAGS={suggestion}"
+    if bad and "auto_jit" in value:
+        assert "single-gpu(N) or fusible" in problems[0].message

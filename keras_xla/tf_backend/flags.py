@@ -9,49 +9,39 @@ does not exist: the HLO dump is `XLA_FLAGS=--xla_dump_to=DIR`. Also fatal:
 starting with `-` (read as a flags file) naming no file. A word not starting
 with `-` silently ends parsing. `check_flags()` finds all this first.
 
-Known flags come from the installed TensorFlow: a child run with `VAR=--help`
-prints the usage (names, types) and dies. absl cuts it at 15,000 bytes: all of
-`TF_XLA_FLAGS`, part of `XLA_FLAGS`, whose other names are read from the
-shared library that defines them.
+Known flags come from the installed TensorFlow (`flag_tables`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
-import json
 import logging
-import mmap
 import os
 import re
-import subprocess
-import sys
 from collections.abc import Iterable, Mapping
+
+from keras_xla.tf_backend import flag_tables
 
 logger = logging.getLogger(__name__)
 
-VARIABLES = ("TF_XLA_FLAGS", "XLA_FLAGS")
+VARIABLES = flag_tables.VARIABLES
 _OTHER = {"TF_XLA_FLAGS": "XLA_FLAGS", "XLA_FLAGS": "TF_XLA_FLAGS"}
 _SPACE = " \t\r\n"
 _NAME = re.compile(r"[-_A-Za-z0-9]*")
 _QUOTED = re.compile(r"""="((?:\\[\s\S]|[^"])*)"?|='([^']*)'?""")
 _WORD = re.compile(r"[^ \t\r\n]*")
-_USAGE = re.compile(r"^\t--(\w+)=.*?\t(int32|int64|bool|string|float)\t", re.M)
-_PROBE = """import json, os, sys, tensorflow as tf
-lib = tf.sysconfig.get_lib()
-libs = [os.path.join(lib, f[3:])
-        for f in tf.sysconfig.get_link_flags() if f[:3] == "-l:"]
-sys.stdout.write(json.dumps(libs) + "\\n")
-sys.stdout.flush()
-tf.function(jit_compile=True)(lambda x: x * 2.0)(tf.constant(1.0))"""
-# Only if TensorFlow cannot be asked; unknown names then go unreported.
-_CURATED = {
-    "TF_XLA_FLAGS": ("tf_xla_auto_jit", "tf_xla_persistent_cache_directory"),
-    "XLA_FLAGS": ("xla_dump_to", "xla_dump_hlo_as_text"),
-}
 _INT = r"\s*[+-]?\d+"
 _VALUES = {"bool": r"(?i)true|false|1|0", "int32": _INT, "int64": _INT}
+# String flags whose parser takes only some values (measured: a value
+# outside them aborts TensorFlow at its first op).
+_ENUMS = {
+    "tf_xla_auto_jit": (
+        r"-?\d+|single-gpu\(-?\d+\)|fusible",
+        "value of -1, 0, 1, 2, single-gpu(N) or fusible",
+    )
+}
+_BOOL_WORDS = {"yes": "true", "on": "true", "no": "false", "off": "false"}
 _WHEN = {"TF_XLA_FLAGS": "first op", "XLA_FLAGS": "first XLA compilation"}
 _DIES = "TensorFlow aborts at its {when} ('Unknown flag in {variable}')."
 # The one problem TensorFlow survives: it ignores the text.
@@ -193,63 +183,6 @@ def with_flag(value: str, name: str, flag_value: str | None) -> str:
     return " ".join(text for text in (format_flags(kept), ignored) if text)
 
 
-@dataclasses.dataclass(frozen=True)
-class _FlagTable:
-    types: dict[str, str | None]  # Name -> parser type (None: not known).
-    complete: bool  # Whether a name missing from `types` is truly unknown.
-
-
-def _library_names(paths: list[str], usage: set[str]) -> set[str]:
-    for path in paths:
-        with (
-            open(path, "rb") as f,
-            mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data,
-        ):
-            # Flag names are NUL-terminated literals, not identifier tails.
-            names = {
-                m.group()[:-1].decode()
-                for m in re.finditer(rb"xla_[a-z0-9_]+\x00", data)
-                if data[m.start() - 1] == 0
-            }
-        if usage <= names:  # The library that defines the flags.
-            return names
-    return set()
-
-
-def _start_probe(variable: str) -> subprocess.Popen:
-    # The child sees `variable=--help` and none of the caller's flags.
-    env = {k: v for k, v in os.environ.items() if k not in VARIABLES}
-    env.update({variable: "--help", "TF_CPP_MIN_LOG_LEVEL": "3"})
-    env["CUDA_VISIBLE_DEVICES"] = ""
-    command, pipe = [sys.executable, "-c", _PROBE], subprocess.PIPE
-    return subprocess.Popen(
-        command, env=env, stdout=pipe, stderr=pipe, text=True, errors="replace"
-    )
-
-
-def _read_probe(variable: str, child: subprocess.Popen) -> _FlagTable:
-    try:
-        out, err = child.communicate(timeout=300)
-        usage = dict(_USAGE.findall(err))
-        if not usage:
-            raise RuntimeError(err[-500:] or "no flag usage printed")
-        message = err[err.find("Flags:\n") :]
-        if "\n\n" in message and len(message) < 14_000:  # Not cut by absl.
-            return _FlagTable(usage, True)
-        names = _library_names(json.loads(out.splitlines()[0]), set(usage))
-        return _FlagTable({**dict.fromkeys(names), **usage}, bool(names))
-    except Exception as error:  # Diagnostics never raise.
-        child.kill()
-        logger.warning("Cannot read %s flags (%s).", variable, error)
-        return _FlagTable(dict.fromkeys(_CURATED[variable]), False)
-
-
-@functools.cache  # One TensorFlow per process.
-def _flag_tables() -> dict[str, _FlagTable]:
-    children = {v: _start_probe(v) for v in VARIABLES}  # Both at once.
-    return {v: _read_probe(v, child) for v, child in children.items()}
-
-
 def known_flags(variable: str) -> frozenset[str]:
     """Flag names (without `--`) the installed TensorFlow accepts.
 
@@ -262,7 +195,7 @@ def known_flags(variable: str) -> frozenset[str]:
         raise ValueError(
             f"`known_flags({variable!r})`: use one of {VARIABLES}."
         )
-    return frozenset(_flag_tables()[variable].types)
+    return frozenset(flag_tables.tables()[variable].types)
 
 
 def _problem(code, variable, flag, fix=None, kind=None) -> FlagProblem:
@@ -294,9 +227,11 @@ def _diagnose(variable: str, flag: Flag, tables) -> FlagProblem | None:
         if value is None and kind not in ("bool", None):
             fix = f"{variable}=--{name}=VALUE"
             return _problem("xla-flag-missing-value", variable, raw, fix, kind)
-        pattern = _VALUES.get(kind) if value is not None else None
-        if pattern and not re.fullmatch(pattern, value):
-            return _problem("invalid-xla-flag-value", variable, raw, None, kind)
+        pattern, kind = _ENUMS.get(name, (_VALUES.get(kind), kind))
+        if value is not None and pattern and not re.fullmatch(pattern, value):
+            word = _BOOL_WORDS.get(value.lower()) if kind == "bool" else None
+            fix = word and f"{variable}={_render(name, word)}"
+            return _problem("invalid-xla-flag-value", variable, raw, fix, kind)
         return None
     if name[:2] == "no" and types.get(name[2:], "") in ("bool", None):
         fix = f"{variable}=--{name[2:]}=false"
@@ -321,7 +256,7 @@ def _check_variable(variable: str, value: str) -> list[FlagProblem]:
         with open(value) as f:
             text = f.read()
     flags, ignored = _split(text)
-    tables = _flag_tables() if flags else {}
+    tables = flag_tables.tables() if flags else {}
     problems = [_diagnose(variable, flag, tables) for flag in flags]
     if ignored:
         # `--name = 2` or `--name =2`: the value is the word after `=`.

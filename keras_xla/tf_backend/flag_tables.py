@@ -1,0 +1,92 @@
+"""Which flags the installed TensorFlow accepts, and their types.
+
+A child run with `VAR=--help` prints the usage (names, types) and dies.
+absl cuts it at 15,000 bytes: all of `TF_XLA_FLAGS`, part of `XLA_FLAGS`,
+whose other names are read from the shared library that defines them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+import mmap
+import os
+import re
+import subprocess
+import sys
+
+logger = logging.getLogger(__name__)
+
+VARIABLES = ("TF_XLA_FLAGS", "XLA_FLAGS")
+_USAGE = re.compile(r"^\t--(\w+)=.*?\t(int32|int64|bool|string|float)\t", re.M)
+_PROBE = """import json, os, sys, tensorflow as tf
+lib = tf.sysconfig.get_lib()
+libs = [os.path.join(lib, f[3:])
+        for f in tf.sysconfig.get_link_flags() if f[:3] == "-l:"]
+sys.stdout.write(json.dumps(libs) + "\\n")
+sys.stdout.flush()
+tf.function(jit_compile=True)(lambda x: x * 2.0)(tf.constant(1.0))"""
+# Only if TensorFlow cannot be asked; unknown names then go unreported.
+_CURATED = {
+    "TF_XLA_FLAGS": ("tf_xla_auto_jit", "tf_xla_persistent_cache_directory"),
+    "XLA_FLAGS": ("xla_dump_to", "xla_dump_hlo_as_text"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class FlagTable:
+    types: dict[str, str | None]  # Name -> parser type (None: not known).
+    complete: bool  # Whether a name missing from `types` is truly unknown.
+
+
+def _library_names(paths: list[str], usage: set[str]) -> set[str]:
+    for path in paths:
+        with (
+            open(path, "rb") as f,
+            mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data,
+        ):
+            # Flag names are NUL-terminated literals, not identifier tails.
+            names = {
+                m.group()[:-1].decode()
+                for m in re.finditer(rb"xla_[a-z0-9_]+\x00", data)
+                if data[m.start() - 1] == 0
+            }
+        if usage <= names:  # The library that defines the flags.
+            return names
+    return set()
+
+
+def start_probe(variable: str) -> subprocess.Popen:
+    # The child sees `variable=--help` and none of the caller's flags.
+    env = {k: v for k, v in os.environ.items() if k not in VARIABLES}
+    env.update({variable: "--help", "TF_CPP_MIN_LOG_LEVEL": "3"})
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    command, pipe = [sys.executable, "-c", _PROBE], subprocess.PIPE
+    return subprocess.Popen(
+        command, env=env, stdout=pipe, stderr=pipe, text=True, errors="replace"
+    )
+
+
+def read_probe(variable: str, child: subprocess.Popen) -> FlagTable:
+    try:
+        out, err = child.communicate(timeout=300)
+        usage = dict(_USAGE.findall(err))
+        if not usage:
+            raise RuntimeError(err[-500:] or "no flag usage printed")
+        message = err[err.find("Flags:\n") :]
+        if "\n\n" in message and len(message) < 14_000:  # Not cut by absl.
+            return FlagTable(usage, True)
+        names = _library_names(json.loads(out.splitlines()[0]), set(usage))
+        return FlagTable({**dict.fromkeys(names), **usage}, bool(names))
+    except Exception as error:  # Diagnostics never raise.
+        child.kill()
+        logger.warning("Cannot read %s flags (%s).", variable, error)
+        return FlagTable(dict.fromkeys(_CURATED[variable]), False)
+
+
+@functools.cache  # One TensorFlow per process.
+def tables() -> dict[str, FlagTable]:
+    children = {v: start_probe(v) for v in VARIABLES}  # Both at once.
+    return {v: read_probe(v, child) for v, child in children.items()}
