@@ -7,11 +7,14 @@ stdlib-only report module load without starting TensorFlow.
 import importlib
 
 from keras_xla.tf_backend import compile_ledger as _compile_ledger
+from keras_xla.tf_backend import flag_guard as _flag_guard
 
 __version__ = "0.1.0"
 
-# Before TensorFlow reads TF_XLA_FLAGS (at its first op): record XLA's
-# compilations, so the HLO analysis costs none (see compile_ledger).
+# Before TensorFlow reads TF_XLA_FLAGS (at its first op): fix the flags it
+# would abort on (see flag_guard), then record XLA's compilations, so the
+# HLO analysis costs none (see compile_ledger).
+_flag_guard.guard(tensorflow_started=_compile_ledger.tensorflow_started())
 _compile_ledger.install()
 
 _EXPORTS = {

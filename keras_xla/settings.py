@@ -15,6 +15,7 @@ import numpy as np
 from keras_xla import trial_runner
 from keras_xla.core.trial import AUTO, validate_budget
 from keras_xla.tf_backend import compile_cache as cache_lib
+from keras_xla.tf_backend import flag_guard
 from keras_xla.tf_backend import jit as jit_lib
 from keras_xla.tf_backend import precision as precision_lib
 from keras_xla.tf_backend.unsupported import CHOICES as UNSUPPORTED_CHOICES
@@ -50,6 +51,7 @@ class Settings:
             )
             for p in self.flag_problems
         ]
+        out += [fix.finding() for fix in flag_guard.FIXES]
         return out + cache_lib.setup_findings(self.cache_status)
 
     def trial_request(

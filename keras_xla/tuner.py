@@ -24,6 +24,7 @@ from keras_xla.settings import (
     check_profile_steps,
 )
 from keras_xla.tf_backend import compile_cache as cache_lib
+from keras_xla.tf_backend import flag_guard
 from keras_xla.tf_backend import flags as flags_lib
 from keras_xla.tf_backend.unsupported import XLAUnsupportedOpError
 
@@ -201,6 +202,8 @@ class XLATuner(keras.callbacks.Callback):
         self._flag_problems = flags_lib.check_flags()
         if self._flag_problems and self.strict:
             flags_lib.validate_flags()
+        if self.strict and flag_guard.strict_error():
+            raise ValueError(flag_guard.strict_error())
         self.jit_compile = jit_compile
         self.verbose = verbose
         self.compile_cache = None

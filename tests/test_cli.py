@@ -257,10 +257,10 @@ def test_doctor_names_a_fatal_flag_and_stays_alive(runs):
     assert f"Flag problem [unknown-xla-flag] {BAD_FLAG}" in out
     assert "Fix: set XLA_FLAGS=--xla_dump_to=/tmp/x" in out
     rows = doctor_rows(out)
+    # The value as the user set it; keras_xla's import fixed it for the
+    # doctor's own process, so the smoke compile runs.
     assert rows["TF_XLA_FLAGS"] == BAD_FLAG
-    assert rows["Smoke compile"] == (
-        "skipped: bad XLA flags would abort the process"
-    )
+    assert rows["Smoke compile"].endswith("result_ok: yes")
     # TensorFlow ran its ops (listed devices) and the process did not die.
     assert rows["TensorFlow"] == tf.__version__
     assert "/physical_device:CPU:0" in rows["Physical devices"]

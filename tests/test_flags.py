@@ -19,6 +19,19 @@ import dataclasses, json
 from keras_xla.tf_backend import flags
 print(json.dumps([dataclasses.asdict(p) for p in flags.check_flags()]))
 """
+# keras_xla imported first: it fixes the flag, and TensorFlow runs.
+GUARDED_RUN = """
+import dataclasses, json, os
+import keras_xla
+from keras_xla.tf_backend import flag_guard
+import tensorflow as tf
+f = tf.function(jit_compile=True)(lambda x: x * 2.0 + 1.0)
+print("RESULT", f(tf.constant([1.0, 2.0])).numpy().tolist())
+print(json.dumps({
+    "fixes": [[x.problem.code, x.action] for x in flag_guard.FIXES],
+    "xla_flags": os.environ.get("XLA_FLAGS"),
+}))
+"""
 
 
 def run_python(code, **env):
@@ -257,7 +270,8 @@ def test_fake_dump_flag_kills_tensorflow_but_not_check_flags(tmp_path):
     dump_dir = tmp_path / "hlo"
     runs = {
         "dies": run_python(TINY_JIT_RUN, **bad),
-        "checks": run_python(CHECK_RUN, **bad),
+        "checks": run_python(CHECK_RUN, KERAS_XLA_FIX_FLAGS="0", **bad),
+        "guarded": run_python(GUARDED_RUN, **bad),
         "dumps": run_python(TINY_JIT_RUN, **F.hlo_dump_env(str(dump_dir))),
     }
     out = {name: child.communicate(timeout=120) for name, child in runs.items()}
@@ -273,6 +287,19 @@ def test_fake_dump_flag_kills_tensorflow_but_not_check_flags(tmp_path):
     [problem] = json.loads(out["checks"][0].strip().splitlines()[-1])
     assert problem["code"] == "unknown-xla-flag"
     assert problem["suggestion"] == "XLA_FLAGS=--xla_dump_to=/tmp/x"
+    # (c) Imported first, keras_xla applies the intended flag at import,
+    # and says so; TensorFlow runs.
+    assert runs["guarded"].returncode == 0, out["guarded"][1][-2000:]
+    assert "RESULT [3.0, 5.0]" in out["guarded"][0]
+    guarded = json.loads(out["guarded"][0].strip().splitlines()[-1])
+    assert guarded["fixes"] == [
+        [
+            "unknown-xla-flag",
+            "replaced `--tf_xla_dump_to=/tmp/x` by "
+            "`XLA_FLAGS=--xla_dump_to=/tmp/x`",
+        ]
+    ]
+    assert guarded["xla_flags"] == "--xla_dump_to=/tmp/x"
     # The right way: XLA_FLAGS=--xla_dump_to=DIR writes HLO text.
     assert runs["dumps"].returncode == 0, out["dumps"][1][-2000:]
     assert "RESULT [3.0, 5.0]" in out["dumps"][0]
@@ -347,3 +374,97 @@ def test_flag_values_are_checked(value, bad, suggestion):
         assert problems[0].suggestion == f"TF_XLA_FLAGS={suggestion}"
     if bad and "auto_jit" in value:
         assert "single-gpu(N) or fusible" in problems[0].message
+
+
+@pytest.fixture
+def guard_state(monkeypatch):
+    from keras_xla.tf_backend import flag_guard
+
+    monkeypatch.setattr(flag_guard, "FIXES", [])
+    monkeypatch.setattr(flag_guard, "_ORIGINAL", {})
+    return flag_guard
+
+
+@pytest.mark.parametrize(
+    "environ, after, action",
+    [
+        (
+            {"TF_XLA_FLAGS": "--tf_xla_auto_jit=2 --tf_xla_dump_to=/d"},
+            {"TF_XLA_FLAGS": "--tf_xla_auto_jit=2"}
+            | {"XLA_FLAGS": "--xla_dump_to=/d"},
+            "replaced `--tf_xla_dump_to=/d` by `XLA_FLAGS=--xla_dump_to=/d`",
+        ),
+        (
+            {"TF_XLA_FLAGS": "--tf_xla_cpu_global_jit=yes"},
+            {"TF_XLA_FLAGS": "--tf_xla_cpu_global_jit=true"},
+            "replaced `--tf_xla_cpu_global_jit=yes` by "
+            "`TF_XLA_FLAGS=--tf_xla_cpu_global_jit=true`",
+        ),
+        (
+            {"TF_XLA_FLAGS": "--tf_xla_auto_jit=fast --tf_xla_cpu_global_jit"},
+            {"TF_XLA_FLAGS": "--tf_xla_cpu_global_jit"},
+            "dropped `--tf_xla_auto_jit=fast` from TF_XLA_FLAGS",
+        ),
+        (
+            {"XLA_FLAGS": "--xla_dump_to"},  # needs =VALUE: not sure what
+            {},
+            "dropped `--xla_dump_to` from XLA_FLAGS",
+        ),
+        (
+            {"XLA_FLAGS": "xla_dump_to=/d"},  # read as a flags file
+            {"XLA_FLAGS": "--xla_dump_to=/d"},
+            "set `XLA_FLAGS=--xla_dump_to=/d`",
+        ),
+    ],
+)  # fmt: skip
+def test_import_guard_fixes_what_would_abort(
+    guard_state, environ, after, action
+):
+    before = dict(environ)
+    fixes = guard_state.guard(environ)
+    assert [f.action for f in fixes] == [action]
+    assert environ == after
+    assert F.check_flags(environ) == []  # nothing left to abort on
+    assert guard_state.FIXES == fixes
+    assert guard_state.original({}) == {
+        fixes[0].problem.variable: before[fixes[0].problem.variable]
+    }
+    code, message, fix, place = fixes[0].finding()
+    assert code == fixes[0].problem.code
+    assert f"At import, keras_xla {action} for this process" in message
+    assert "strict" not in message and place[0] in before
+    assert action in guard_state.strict_error()
+
+
+def test_import_guard_leaves_what_does_not_abort(guard_state):
+    harmless = {"TF_XLA_FLAGS": "--tf_xla_auto_jit=2 extra"}
+    assert guard_state.guard(harmless) == []
+    assert harmless == {"TF_XLA_FLAGS": "--tf_xla_auto_jit=2 extra"}
+    off = {"TF_XLA_FLAGS": "--nope", "KERAS_XLA_FIX_FLAGS": "0"}
+    assert guard_state.guard(off) == [] and off["TF_XLA_FLAGS"] == "--nope"
+    started = {"TF_XLA_FLAGS": "--nope"}
+    assert guard_state.guard(started, tensorflow_started=True) == []
+    assert guard_state.strict_error() is None
+
+
+def test_tuner_reports_import_fixes_and_strict_raises(guard_state):
+    import keras_xla
+
+    environ = {"TF_XLA_FLAGS": "--tf_xla_dump_to=/d"}
+    guard_state.guard(environ)
+    with pytest.raises(ValueError, match="tf_xla_dump_to=/d.*replaced"):
+        keras_xla.XLATuner(strict=True)
+    from conftest import conv_model, regression_data
+
+    x, y = regression_data(16)
+    tuner = keras_xla.XLATuner(verbose=0, analyze_hlo=False, baseline=False)
+    conv_model().fit(x, y, batch_size=16, verbose=0, callbacks=[tuner])
+    (finding,) = [
+        f for f in tuner.report.findings if f.code == "unknown-xla-flag"
+    ]
+    assert "At import, keras_xla replaced `--tf_xla_dump_to=/d`" in (
+        finding.message
+    )
+    assert finding.fix == (
+        "Correct TF_XLA_FLAGS where it is set: XLA_FLAGS=--xla_dump_to=/d."
+    )

@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-from keras_xla.tf_backend import compile_ledger, hardware
+from keras_xla.tf_backend import compile_ledger, flag_guard, hardware
 from keras_xla.tf_backend import flags as flags_lib
 from keras_xla.tf_backend import flops as flops_lib
 
@@ -155,17 +155,25 @@ def collect_diagnosis() -> dict[str, Any]:
     checks run and restored after, and the smoke compile is skipped;
     ignored trailing text is only reported.
     """
-    values = compile_ledger.user_environment()
-    flag_problems = flags_lib.check_flags()
-    # Ignored trailing text does not abort: keep the variable and compile.
-    fatal = [p for p in flag_problems if p.code not in flags_lib.HARMLESS]
+    # The variables as the user set them, before keras_xla's import fixed
+    # what TensorFlow would abort on (flag_guard).
+    values = flag_guard.original(compile_ledger.user_environment())
+    flag_problems = flags_lib.check_flags(
+        {k: v for k, v in values.items() if v is not None}
+    )
+    # What would still abort now: unset for the checks. Ignored trailing
+    # text does not abort: keep the variable and compile.
+    fatal = [
+        p for p in flags_lib.check_flags() if p.code not in flags_lib.HARMLESS
+    ]
     unset = sorted({p.variable for p in fatal})
+    current = {v: os.environ[v] for v in unset}
     for variable in unset:
         del os.environ[variable]
     try:
         diagnosis = _runtime(skip_compile=bool(fatal))
     finally:
-        os.environ.update({v: values[v] for v in unset})
+        os.environ.update({v: current[v] for v in unset})
     diagnosis.update(values)
     diagnosis["flag_problems"] = [dataclasses.asdict(p) for p in flag_problems]
     diagnosis["unset_for_checks"] = unset

@@ -86,7 +86,64 @@ def read_probe(variable: str, child: subprocess.Popen) -> FlagTable:
         return FlagTable(dict.fromkeys(_CURATED[variable]), False)
 
 
+TABLES_FILE = "flag_tables.json"
+
+
 @functools.cache  # One TensorFlow per process.
 def tables() -> dict[str, FlagTable]:
+    """Both variables' tables: from the machine's cache for this
+    TensorFlow, else asked of TensorFlow (a few seconds) and kept."""
+    key = _tensorflow_key()
+    cached = _load(key)
+    if cached is not None:
+        return cached
     children = {v: start_probe(v) for v in VARIABLES}  # Both at once.
-    return {v: read_probe(v, child) for v, child in children.items()}
+    found = {v: read_probe(v, child) for v, child in children.items()}
+    if all(t.complete for t in found.values()):
+        _store(key, found)
+    return found
+
+
+def _tensorflow_key() -> str | None:
+    """The installed TensorFlow (where and which), without importing it."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("tensorflow")
+    if spec is None or not spec.origin:
+        return None
+    try:
+        stamp = os.path.getmtime(spec.origin)
+    except OSError:
+        return None
+    return f"{spec.origin}@{stamp}"
+
+
+def _path() -> str:
+    from keras_xla.tf_backend.hardware import cache_directory
+
+    return os.path.join(cache_directory(), TABLES_FILE)
+
+
+def _load(key: str | None) -> dict[str, FlagTable] | None:
+    try:
+        with open(_path(), encoding="utf-8") as f:
+            data = json.load(f)
+        entry = data[key]
+        return {v: FlagTable(entry[v]["types"], True) for v in VARIABLES}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _store(key: str | None, found: dict[str, FlagTable]) -> None:
+    if key is None:
+        return
+    path = _path()
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        data = {key: {v: {"types": t.types} for v, t in found.items()}}
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+    except OSError:
+        logger.warning("Cannot keep the XLA flag tables in %s.", path)

@@ -152,6 +152,15 @@ def format_flags(flags: Iterable[Flag]) -> str:
     return " ".join(flag.raw for flag in flags)
 
 
+def without_flag(value: str, raw: str) -> str:
+    """`value` without the flag written `raw` (its first occurrence),
+    every other flag and any ignored text kept as written."""
+    flags, ignored = _split(value)
+    at = next((i for i, f in enumerate(flags) if f.raw == raw), None)
+    kept = flags if at is None else flags[:at] + flags[at + 1 :]
+    return " ".join(text for text in (format_flags(kept), ignored) if text)
+
+
 def with_flag(value: str, name: str, flag_value: str | None) -> str:
     """Returns `value` with one flag set, every other flag kept as written.
 

@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from keras_xla.tf_backend import hardware
+from keras_xla.tf_backend.hardware import cache_directory
 from keras_xla.tf_backend.hlo import HloStats
 
 
@@ -76,19 +77,6 @@ def measure_peak_flops(
 
 
 PEAKS_FILE = "peak_flops.json"
-
-
-def cache_directory() -> str:
-    """Where keras_xla keeps what it measured on this machine:
-    `KERAS_XLA_CACHE_DIR`, else `$XDG_CACHE_HOME/keras_xla` (or
-    `~/.cache/keras_xla`)."""
-    explicit = os.environ.get("KERAS_XLA_CACHE_DIR")
-    if explicit:
-        return explicit
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".cache"
-    )
-    return os.path.join(base, "keras_xla")
 
 
 def machine_key(dtype: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -79,3 +80,16 @@ def resolve_cpu_flags(flags: Iterable[str] | None) -> frozenset[str]:
     if flags is None:
         return cpu_flags()
     return frozenset(flag.lower() for flag in flags)
+
+
+def cache_directory() -> str:
+    """Where keras_xla keeps what it measured on this machine:
+    `KERAS_XLA_CACHE_DIR`, else `$XDG_CACHE_HOME/keras_xla` (or
+    `~/.cache/keras_xla`)."""
+    explicit = os.environ.get("KERAS_XLA_CACHE_DIR")
+    if explicit:
+        return explicit
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".cache"
+    )
+    return os.path.join(base, "keras_xla")
