@@ -349,7 +349,7 @@ class FitRun:
         compile_s = self.report.total_compile_seconds
         found += epoch_checks.lint(
             self.model, stats, records, compile_s, self.params
-        )
+        ) + epoch_checks.probe_findings(self.functions)
         for code, message, fix in found:
             self.book.add(code, message, fix)
 

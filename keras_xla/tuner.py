@@ -79,7 +79,8 @@ class XLATuner(keras.callbacks.Callback):
     `compile-cache-inactive`, `profiler-busy`, `hlo-analysis-off`,
     `hlo-analysis-failed`,
     `trial-skipped`, `tuner-error`, `no-steps`, `output-failed`,
-    `duplicate-tuner`.
+    `duplicate-tuner`, `folded-dimensions`; the cache
+    `compile-cache-corrupt`, `compile-cache-read-only`.
 
     The report (`tuner.report`) is also written to
     `<log_dir>/xla_report.json` at every epoch end and at train end.

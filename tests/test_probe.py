@@ -57,3 +57,48 @@ def test_probe_keeps_every_step_of_a_multi_step_call():
     sizes = [s.tensors[0].shape[0] for (s,) in probe.read_new()]
     assert sizes == [2, 3, 1, 2]
     assert np.all(probe._rows.numpy()[:, 0] > 0)
+
+
+def test_many_dynamic_dimensions_are_counted_exactly(profiled):
+    # 16 inputs of shape [None, None] (32 dynamic dims, the probe row
+    # holds 30): a recompilation caused by the last input alone is still
+    # a new signature, and the report says what it folded.
+    import warnings
+
+    import keras
+
+    from keras_xla import XLATuner
+
+    names = [f"in{i:02d}" for i in range(16)]
+    inputs = [keras.Input((None,), name=n) for n in names]
+    summed = [keras.ops.sum(t, axis=1, keepdims=True) for t in inputs]
+    joined = keras.ops.concatenate(summed, axis=-1)
+    model = keras.Model(inputs, keras.layers.Dense(1)(joined))
+    model.compile("sgd", "mse", jit_compile=True)
+
+    def batches():
+        for last_len in (3, 5, 3):
+            x = {n: np.ones((4, 3), "float32") for n in names}
+            x[names[-1]] = np.ones((4, last_len), "float32")
+            yield x, np.zeros((4, 1), "float32")
+
+    spec = tf.TensorSpec((None, None), tf.float32)
+    data = tf.data.Dataset.from_generator(
+        batches,
+        output_signature=(
+            {n: spec for n in names},
+            tf.TensorSpec((None, 1), tf.float32),
+        ),
+    )
+    tuner = XLATuner(verbose=0, analyze_hlo=False, baseline=False)
+    with profiled() as events, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.fit(data, epochs=1, verbose=0, callbacks=[tuner])
+    report = tuner.report
+    assert report.total_compilations == len(events) == 2
+    (rec,) = report.recompilations
+    assert rec.input == "(folded dimensions)"
+    (finding,) = [f for f in report.findings if f.code == "folded-dimensions"]
+    assert "`x/in15` dim 1" in finding.message
+    # 33 dynamic dims (16 inputs x 2, y's batch): 29 kept, 4 folded.
+    assert "folds the other 4" in finding.message

@@ -82,6 +82,7 @@ OUTPUT_FAILED = "output-failed"
 DUPLICATE_TUNER = "duplicate-tuner"
 COMPILE_CACHE_CORRUPT = "compile-cache-corrupt"
 COMPILE_CACHE_READ_ONLY = "compile-cache-read-only"
+FOLDED_DIMENSIONS = "folded-dimensions"
 
 CODES: dict[str, Code] = _table(
     (PARTIAL_LAST_BATCH, "warning", "a short last batch recompiled"),
@@ -126,6 +127,7 @@ CODES: dict[str, Code] = _table(
     (DUPLICATE_TUNER, "warning", "a second XLATuner on one fit stood aside"),
     (COMPILE_CACHE_CORRUPT, "warning", "corrupt cache entries set aside"),
     (COMPILE_CACHE_READ_ONLY, "info", "the cache is read, not written"),
+    (FOLDED_DIMENSIONS, "info", "dimensions past 30 recorded as one hash"),
 )
 
 

@@ -26,6 +26,11 @@ from keras_xla.tf_backend.hlo import PROBE_SCOPE
 logger = logging.getLogger(__name__)
 
 ROW_WIDTH = 32  # step, trace, and up to 30 dynamic dimensions per step
+# Past 30 dynamic dimensions, the first 29 are kept and the rest folded
+# into one hashed value in the last slot, so a change in any of them is
+# still a new signature (and a counted compilation).
+KEPT_DIMS = ROW_WIDTH - 3
+FOLDED = "(folded dimensions)"
 # Ring rows per step of a call: the host reads the ring once per run (or
 # when it is about to wrap), not after every step. A read right after a
 # step waits for the runtime and costs ~0.1 ms a step; a read per run
@@ -74,18 +79,28 @@ class _Trace:
             for d, size in enumerate(shape)
             if size is None
         ]
+        self.fold = len(self.dynamic) > ROW_WIDTH - 2
+
+    @property
+    def folded(self) -> list[tuple[str, int]]:
+        """The (input, dimension) pairs recorded only as a hash."""
+        if not self.fold:
+            return []
+        return [(self.entries[i][0], d) for i, d in self.dynamic[KEPT_DIMS:]]
 
     def signature(self, trace_id: int, dims: np.ndarray) -> Signature:
         shapes = [list(shape) for _, shape, _ in self.entries]
-        for (i, d), size in zip(self.dynamic, dims):
+        kept = self.dynamic[:KEPT_DIMS] if self.fold else self.dynamic
+        for (i, d), size in zip(kept, dims):
             shapes[i][d] = int(size)
-        return Signature(
-            trace_id,
-            tuple(
-                TensorSignature(path, tuple(shape), dtype)
-                for (path, _, dtype), shape in zip(self.entries, shapes)
-            ),
+        tensors = tuple(
+            TensorSignature(path, tuple(shape), dtype)
+            for (path, _, dtype), shape in zip(self.entries, shapes)
         )
+        if self.fold:
+            # A pseudo input whose dim 1 is the hash of the folded dims.
+            tensors += (TensorSignature(FOLDED, (1, int(dims[KEPT_DIMS])), ""),)
+        return Signature(trace_id, tensors)
 
 
 class ShapeProbe:
@@ -136,13 +151,18 @@ class ShapeProbe:
         self._last_step = 0
         self._lock = threading.Lock()
         self._trace_times: list[tuple[float, float]] = []
-        self.truncated = False
         # The TensorFlow ops of the last traced step (probe's left out).
         self.step_ops: frozenset[str] = frozenset()
 
     @property
     def steps_recorded(self) -> int:
         return self._last_step
+
+    @property
+    def folded(self) -> list[tuple[str, int]]:
+        """The (input, dimension) pairs past the probe's 30 that are
+        recorded only as a hash (the last trace's)."""
+        return self._traces[-1].folded if self._traces else []
 
     @property
     def traced(self) -> bool:
@@ -167,9 +187,11 @@ class ShapeProbe:
         dims = []
         for i, d in trace.dynamic:
             dims.append(tf.shape(pairs[i][1], out_type=tf.int64)[d])
-        if len(dims) > ROW_WIDTH - 2:
-            self.truncated = True
-            dims = dims[: ROW_WIDTH - 2]
+        if trace.fold:
+            folded = tf.constant(0, tf.int64)
+            for size in dims[KEPT_DIMS:]:  # wraps: a hash, not a size
+                folded = folded * 1_000_003 + size + 1
+            dims = dims[:KEPT_DIMS] + [folded]
         step = self._counter.assign_add(1)
         pad = [tf.constant(0, tf.int64)] * (ROW_WIDTH - 2 - len(dims))
         row = tf.stack([step, tf.constant(trace_id, tf.int64)] + dims + pad)
