@@ -72,6 +72,14 @@ def run_report(args: argparse.Namespace) -> int:
     except ReportError as error:
         print(f"keras-xla report: {error}", file=sys.stderr)
         return USAGE_ERROR
+    for report, path in runs:
+        if report.skipped:
+            print(
+                f"keras-xla report: {path}: read without "
+                f"{len(report.skipped)} part(s) it could not read: "
+                + "; ".join(report.skipped),
+                file=sys.stderr,
+            )
     labels = args.labels or [
         os.path.basename(os.path.dirname(os.path.abspath(path)))
         for _, path in runs

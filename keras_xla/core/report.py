@@ -13,6 +13,7 @@ import json
 import os
 from typing import Any
 
+from keras_xla.core import reading
 from keras_xla.core.sections import (
     BaselineSection,
     CandidateResult,
@@ -160,6 +161,10 @@ class XLAReport:
     verdict: Verdict | None = None
     # Whether this report has written its file (a later fit archives it).
     _written: bool = dataclasses.field(default=False, repr=False, compare=False)
+    # What reading its JSON left out (`from_dict`); never written.
+    skipped: list = dataclasses.field(
+        default_factory=list, repr=False, compare=False
+    )
 
     @property
     def total_compilations(self) -> int:
@@ -239,30 +244,65 @@ class XLAReport:
 
     @classmethod
     def from_dict(cls, data: dict) -> XLAReport:
+        """The report from its JSON, read as far as it can be
+        (`keras_xla.core.reading`): what was left out is in `skipped`.
+        Raises `ValueError` for what is not a report of this schema."""
+        if not isinstance(data, dict):
+            raise ValueError("the JSON is not an object")
         schema = data.get("schema")
         if schema != SCHEMA:
             raise ValueError(
                 f"Unsupported report schema {schema!r}; expected {SCHEMA!r}."
             )
-        jit = data.get("jit")
-        return cls(
-            environment=dict(data.get("environment") or {}),
-            jit=_known(JitInfo, jit) if jit else None,
-            epochs=_rows(EpochStats, data.get("epochs")),
-            recompilations=_rows(Recompilation, data.get("recompilations")),
-            findings=_rows(Finding, data.get("findings")),
-            compile_log=_rows(Compilation, data.get("compile_log")),
-            outside_compilations=list(data.get("outside_compilations") or []),
-            compile_cache=CompileCacheSection.from_dict(
-                data.get("compile_cache")
+        skipped: list[str] = []
+        known = {"schema", "environment", "jit", "epochs", "recompilations"}
+        known |= {"findings", "compile_log", "outside_compilations"}
+        sections = {
+            "compile_cache": CompileCacheSection,
+            "clustering": ClusteringSection,
+            "hlo": HloSection,
+            "profile": ProfileSection,
+            "decision": Decision,
+            "baseline": BaselineSection,
+            "verdict": Verdict,
+        }
+        skipped += [
+            f"{k} (unknown)" for k in data if k not in known | set(sections)
+        ]
+        environment = data.get("environment")
+        if environment is not None and not isinstance(environment, dict):
+            skipped.append("environment (not an object)")
+            environment = None
+        outside = data.get("outside_compilations")
+        if outside is not None and not isinstance(outside, list):
+            skipped.append("outside_compilations (not a list)")
+            outside = None
+        report = cls(
+            environment=dict(environment or {}),
+            jit=reading.read(JitInfo, data.get("jit"), "jit", skipped),
+            epochs=reading.read_rows(
+                EpochStats, data.get("epochs"), "epochs", skipped
             ),
-            clustering=ClusteringSection.from_dict(data.get("clustering")),
-            hlo=HloSection.from_dict(data.get("hlo")),
-            profile=ProfileSection.from_dict(data.get("profile")),
-            decision=Decision.from_dict(data.get("decision")),
-            baseline=BaselineSection.from_dict(data.get("baseline")),
-            verdict=Verdict.from_dict(data.get("verdict")),
+            recompilations=reading.read_rows(
+                Recompilation,
+                data.get("recompilations"),
+                "recompilations",
+                skipped,
+            ),
+            findings=reading.read_rows(
+                Finding, data.get("findings"), "findings", skipped
+            ),
+            compile_log=reading.read_rows(
+                Compilation, data.get("compile_log"), "compile_log", skipped
+            ),
+            outside_compilations=list(outside or []),
+            **{
+                name: section.from_dict(data.get(name), skipped, name)
+                for name, section in sections.items()
+            },
         )
+        report.skipped = skipped
+        return report
 
     @classmethod
     def load(cls, path: str) -> XLAReport:
@@ -288,17 +328,6 @@ class XLAReport:
         from keras_xla.core import render
 
         return render.decision_markdown(self.decision)
-
-
-def _known(cls: type, data: dict):
-    """`cls(**data)` with the keys this version knows (a newer writer may
-    add some); a missing required key raises `TypeError`."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in data.items() if k in names})
-
-
-def _rows(cls: type, rows: list | None) -> list:
-    return [_known(cls, row) for row in rows or []]
 
 
 def _json_default(obj: Any) -> Any:

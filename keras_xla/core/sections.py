@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from keras_xla.core import reading
+
 
 class Section:
     """A typed report section that still reads like the dict it was in
@@ -32,13 +34,14 @@ class Section:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict | None):
-        """The section from its JSON; keys this version does not know
-        are skipped (a newer writer may add some)."""
-        if data is None:
-            return None
-        names = _field_names(cls)
-        return cls(**{k: v for k, v in data.items() if k in names})
+    def from_dict(
+        cls, data: dict | None, skipped: list | None = None, where: str = ""
+    ):
+        """The section from its JSON, read as far as it can be (keys
+        this version does not know, bad optional values); what was left
+        out is noted in `skipped`, under `where`."""
+        skipped = [] if skipped is None else skipped
+        return reading.read(cls, data, where or cls.__name__, skipped)
 
 
 def _field_names(cls: type) -> frozenset[str]:
@@ -166,15 +169,22 @@ class Decision(Section):
     break_even_steps: int | None = None
 
     @classmethod
-    def from_dict(cls, data: dict | None):
-        decision = super().from_dict(data)
+    def from_dict(
+        cls, data: dict | None, skipped: list | None = None, where: str = ""
+    ):
+        skipped = [] if skipped is None else skipped
+        where = where or "decision"
+        decision = super().from_dict(data, skipped, where)
         if decision is not None:
             decision.candidates = [
                 c
                 if isinstance(c, CandidateResult)
-                else (CandidateResult.from_dict(c))
-                for c in decision.candidates
+                else reading.read(
+                    CandidateResult, c, f"{where}.candidates[{i}]", skipped
+                )
+                for i, c in enumerate(decision.candidates)
             ]
+            decision.candidates = [c for c in decision.candidates if c]
         return decision
 
 
