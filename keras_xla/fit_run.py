@@ -320,8 +320,8 @@ class FitRun:
             self.book.add(
                 codes.OUTPUT_FAILED,
                 f"{what} failed: {type(error).__name__}: {error}",
-                "Check that log_dir is a writable directory; the other "
-                "outputs were written.",
+                f"Make log_dir={self.settings.log_dir!r} a writable "
+                "directory (its train/ too); the other outputs were written.",
                 (what,),
             )
 

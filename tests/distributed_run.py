@@ -75,7 +75,8 @@ def main():
         strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
         with strategy.scope():
             model = build(keras_xla.XLAModel)
-        tuner = keras_xla.XLATuner(verbose=0, analyze_hlo=False)
+        # The default HLO analysis: it costs no compilation (the ledger).
+        tuner = keras_xla.XLATuner(verbose=0, baseline=False)
         tf.profiler.experimental.start(sys.argv[3])
         hist = model.fit(
             x,
@@ -100,6 +101,9 @@ def main():
             (r.input, r.after, r.cause) for r in report.recompilations
         ]
         out["weights_equal"] = weights_equal_across_replicas(model, strategy)
+        out["codes"] = report.finding_codes()
+        out["messages"] = [f.message for f in report.findings]
+        out["hlo"] = report.hlo.to_dict() if report.hlo else None
         # Plain Keras with XLA on the same setup.
         with strategy.scope():
             plain = build(keras.Model)

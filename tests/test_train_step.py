@@ -191,6 +191,12 @@ def test_mirrored_strategy_two_logical_cpus(tmp_path):
     assert out["recompilations"] == [["x", [4, 16, 4], "partial_batch"]]
     assert out["weights_equal"] is True
     np.testing.assert_allclose(out["loss"], single["loss"], rtol=1e-4)
+    # The default HLO analysis cannot read a per-replica step (TF keeps
+    # no cache entry for it): it says so, and compiles nothing.
+    assert "hlo-analysis-failed" not in out["codes"]
+    (off,) = [m for m in out["messages"] if "HLO analysis is off" in m]
+    assert "compiles per replica (2 replicas under MirroredStrategy)" in off
+    assert out["hlo"] is None
     # Plain Keras with jit_compile=True fails on this setup (TF 2.21,
     # Keras 3.15). If a future version fixes it, this records that.
     if out["plain_keras"] == "trained":

@@ -71,7 +71,20 @@ def analyze_train_step(
     start = time.perf_counter()
     step = getattr(model.train_step, "__wrapped__", model.train_step)
     written = None
+    strategy = getattr(model, "distribute_strategy", None)
+    replicas = getattr(strategy, "num_replicas_in_sync", 1)
     if signature.tensors not in cache:
+        if replicas > 1:
+            # Measured on TF 2.21 (MirroredStrategy, two logical CPUs): no
+            # persistent-cache entry is written for a step compiled per
+            # replica, and lowering it again outside the strategy fails on
+            # its per-replica variables.
+            raise HloUnavailable(
+                f"the step compiles per replica ({replicas} replicas under "
+                f"{type(strategy).__name__}); TensorFlow keeps no copy of "
+                "its HLO then, and it cannot be lowered again outside the "
+                "strategy"
+            )
         if mode == "compile":
             batch = batch_from_signature(signature)
             result = hlo_lib.analyze_function(step, batch)
