@@ -11,6 +11,7 @@ epoch statistics -> report -> summaries.
 from __future__ import annotations
 
 import time
+import weakref
 from typing import Any
 
 from keras_xla import epoch_checks, trial_runner
@@ -28,7 +29,7 @@ from keras_xla.tf_backend import compile_cache as cache_lib
 from keras_xla.tf_backend import jit as jit_lib
 from keras_xla.tf_backend import precision as precision_lib
 from keras_xla.tf_backend import unsupported as unsupported_lib
-from keras_xla.tf_backend.profiler import ProfileRun
+from keras_xla.tf_backend.profiler import ProfileRun, on_error
 from keras_xla.tf_backend.step_functions import StepFunctions
 from keras_xla.tf_backend.summaries import SummaryWriter, write_epoch
 
@@ -64,13 +65,7 @@ class FitRun:
         self.functions: StepFunctions | None = None
         self.log: StepLog | None = None
         self.trial: trial_runner.TrialRunner | None = None
-        self.profile = (
-            ProfileRun(
-                settings.log_dir, settings.profile_steps, self.report, self.book
-            )
-            if settings.profile_steps is not None
-            else None
-        )
+        self.profile = ProfileRun.of(settings, self.report, self.book)
         self._hlo_done = False
         self._decided = False  # a decision to write at epoch end
         self._steps_done = 0  # train steps of the epochs before
@@ -154,12 +149,22 @@ class FitRun:
 
     def _wrap(self, function: str, fn: Any) -> Any:
         """The fit's wrapper of a step function: the unsupported-op guard
-        while XLA is on; a profiler window stops if the step raises."""
+        while XLA is on; if the step raises, the fit is `interrupted`."""
         if self.jit_on:
             fn = self._guard(function, fn)
-        if self.profile is None or function != "train":
-            return fn
-        return self.profile.wrap(fn)
+        run = weakref.ref(self)  # the model must not keep the fit alive
+        return on_error(fn, lambda: run() and run().interrupted())
+
+    def interrupted(self) -> None:
+        """The fit raised (KeyboardInterrupt, another callback, the data):
+        the profiler stops, the epoch so far is accounted, and the report
+        is written, as at a train end that Keras will not call."""
+        if not self.active:
+            return
+        if self.profile is not None:
+            self.profile.abort()
+        self.epoch_end(self.accountant.epoch)
+        self.end()
 
     # Unsupported ops.
 

@@ -26,6 +26,7 @@ from keras_xla.settings import (
 from keras_xla.tf_backend import compile_cache as cache_lib
 from keras_xla.tf_backend import flag_guard
 from keras_xla.tf_backend import flags as flags_lib
+from keras_xla.tf_backend.profiler import on_error
 from keras_xla.tf_backend.unsupported import XLAUnsupportedOpError
 
 logger = logging.getLogger(__name__)
@@ -268,12 +269,15 @@ class XLATuner(keras.callbacks.Callback):
             )
             return
         self._guarded("on_train_begin", self._run.begin)
-        if self._run.profile is not None and callbacks is not None:
-            # An error in any callback stops the profiler window too.
+        if callbacks is not None:
+            # An error in any callback interrupts the fit: the tuner stops
+            # its profiler window and writes its report on the way out.
             for hook in _LOOP_HOOKS:
                 if hasattr(callbacks, hook):
-                    wrapped = self._run.profile.wrap(getattr(callbacks, hook))
-                    setattr(callbacks, hook, wrapped)
+                    hooked = on_error(
+                        getattr(callbacks, hook), self._interrupted
+                    )
+                    setattr(callbacks, hook, hooked)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._guarded("on_epoch_begin", self._run.epoch_begin, epoch)
@@ -302,6 +306,9 @@ class XLATuner(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         self._guarded("on_train_end", self._train_end)
+
+    def _interrupted(self) -> None:
+        self._run.interrupted()
 
     def _train_end(self) -> None:
         run = self._run

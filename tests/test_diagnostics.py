@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 from conftest import regression_data
 
-from keras_xla import XLATuner
+from keras_xla import XLAReport, XLATuner
 from keras_xla.core.signatures import Signature, TensorSignature
 from keras_xla.tf_backend.hlo_analysis import batch_from_signature
 from keras_xla.tf_backend.unsupported import (
@@ -355,6 +355,15 @@ def test_interrupted_fit_stops_the_profiler_window(tmp_path, how):
         assert "the data source broke" in str(raised.value)
     else:
         assert raised.type is KeyboardInterrupt
+    # The fit so far is in the report, on disk too: the steps trained
+    # and their compilation.
+    report = tuner.report
+    trained = int(model.optimizer.iterations.numpy())
+    assert trained == (2 if how != "error-in-the-step" else 3)
+    assert [e.steps for e in report.epochs] == [trained]
+    assert report.total_compilations == 1
+    saved = XLAReport.load(str(tmp_path / "logs"))
+    assert saved.total_compilations == 1 and not saved.skipped
     # The window's trace was written, and the user's own profiler starts.
     traces = glob.glob(
         str(tmp_path / "logs" / "plugins" / "profile" / "*" / "*.xplane.pb")

@@ -249,18 +249,19 @@ class ProfileWindow:
         return sorted(events, key=lambda e: e.start)
 
 
-def stop_on_error(fn, window_of):
-    """`fn` that stops the profiler window `window_of()` returns (if it
-    runs) when `fn` raises, a KeyboardInterrupt included, so an
-    interrupted fit leaves no profiler running; the error goes on."""
+def on_error(fn, handler):
+    """`fn` that calls `handler()` when it raises, a KeyboardInterrupt
+    included, then lets the error go on; a failing handler is ignored
+    (the user's error is the one that counts)."""
 
     def guarded(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except BaseException:
-            window = window_of()
-            if window is not None:
-                window.abort()
+            try:
+                handler()
+            except Exception:  # noqa: BLE001 - never mask the error
+                pass
             raise
 
     return guarded
@@ -283,6 +284,13 @@ class ProfileRun:
         self.window = ProfileWindow(log_dir, *steps)
         self.report, self.book = report, book
 
+    @classmethod
+    def of(cls, settings, report, book) -> ProfileRun | None:
+        """The window `settings.profile_steps` asks for, or None."""
+        if settings.profile_steps is None:
+            return None
+        return cls(settings.log_dir, settings.profile_steps, report, book)
+
     def before_call(self, now: float) -> None:
         """Before each train call (begun at Unix time `now`)."""
         log = self.report.compile_log
@@ -301,11 +309,9 @@ class ProfileRun:
                 log
             )
 
-    def wrap(self, fn):
-        """`fn` that stops this window if it raises (see `stop_on_error`);
-        holds the window, not the fit."""
-        window = self.window
-        return stop_on_error(fn, lambda: window)
+    def abort(self) -> None:
+        """The fit raised: the profiler stops (the trace is kept)."""
+        self.window.abort()
 
     def _apply(self, section, error: str) -> None:
         from keras_xla.core import findings
