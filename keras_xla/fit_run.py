@@ -14,7 +14,7 @@ import time
 import weakref
 from typing import Any
 
-from keras_xla import epoch_checks, trial_runner
+from keras_xla import baseline_window, epoch_checks, trial_runner
 from keras_xla.core import findings as codes
 from keras_xla.core import render
 from keras_xla.core import report as report_lib
@@ -203,7 +203,7 @@ class FitRun:
             self.jit_on, self.params, spe, self.functions is not None
         )
         if original is None:
-            outcome = trial_runner.plan_baseline(
+            outcome = baseline_window.plan_baseline(
                 self.model, request, trial_runner.ModelState(self.model)
             )
         else:

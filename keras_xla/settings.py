@@ -67,6 +67,7 @@ class Settings:
             steps_per_call=spe,
             probed=probed,
             baseline=self.baseline,
+            epochs=params.get("epochs"),
         )
 
 

@@ -103,14 +103,8 @@ class _TrialRetraces(logging.Filter):
         return "triggered tf.function retracing" not in record.getMessage()
 
 
-_FILTER = _TrialRetraces()
+RETRACE_FILTER = _TrialRetraces()
 DONE, SWITCHED = "done", "switched"
-# The no-XLA baseline: windows per configuration (fewer on a short epoch),
-# share of the first epoch, and its bounds in steps.
-BASELINE_ROUNDS = (3, 2)
-BASELINE_SHARE = 0.15
-BASELINE_MIN_STEPS = 12
-BASELINE_MAX_STEPS = 120
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +120,7 @@ class Request:
         steps_per_call: `steps_per_execution`.
         probed: Whether the model's steps carry the shape probe.
         baseline: `XLATuner(baseline=...)`.
+        epochs: The fit's epochs, if known.
     """
 
     jit: Any
@@ -136,6 +131,7 @@ class Request:
     steps_per_call: int
     probed: bool
     baseline: bool = True
+    epochs: int | None = None
 
 
 def plan(
@@ -173,8 +169,8 @@ def plan(
             )
         )
     spe, steps = request.steps_per_call, request.epoch_steps
-    budget = trial_lib.budget_steps(request.budget, steps)
-    calls = trial_lib.window_calls(budget or 0, len(candidates), spe)
+    budget = _budget(request, len(candidates))
+    calls, rounds = trial_lib.schedule(budget or 0, len(candidates), spe)
     problem = None
     if not request.probed:
         problem = (
@@ -202,13 +198,32 @@ def plan(
             model, original, request.xla_possible, decision, *problem
         )
     runner = TrialRunner(
-        Trial(candidates, default, calls, spe),
+        Trial(candidates, default, calls, spe, rounds),
         original,
         request.xla_possible,
     )
     runner.switch(model, candidates[0])
-    logging.getLogger("tensorflow").addFilter(_FILTER)
+    logging.getLogger("tensorflow").addFilter(RETRACE_FILTER)
     return runner
+
+
+# A short first epoch: the trial may take up to this share of the run.
+MAX_RUN_SHARE = 0.6
+
+
+def _budget(request: Request, n: int) -> int | None:
+    """The trial's steps: `trial_budget`, raised to the fewest steps that
+    can decide when the first epoch holds them and they are at most
+    `MAX_RUN_SHARE` of the run; None when the epoch length is unknown."""
+    steps = request.epoch_steps
+    budget = trial_lib.budget_steps(request.budget, steps)
+    if budget is None or not steps:
+        return budget
+    need = trial_lib.minimum_steps(n, request.steps_per_call)
+    run = steps * (request.epochs or 1)
+    if budget < need <= steps and need <= MAX_RUN_SHARE * run:
+        return need
+    return budget
 
 
 class TrialRunner:
@@ -279,7 +294,7 @@ class TrialRunner:
     def finish(self, model: Any, records: list) -> Settlement:
         """Decides (on the windows so far, if the epoch ended first) and
         puts the model in the winner's configuration."""
-        logging.getLogger("tensorflow").removeFilter(_FILTER)
+        logging.getLogger("tensorflow").removeFilter(RETRACE_FILTER)
         self.trial.close_window(records)
         if self.keep is not None:
             return self._finish_baseline(model)
@@ -311,62 +326,6 @@ class TrialRunner:
                 "the baseline windows ended before two steps of each were timed"
             )
         return Settlement(None, baseline=section)
-
-
-def plan_baseline(
-    model: Any, request: Request, original: ModelState
-) -> TrialRunner | Settlement:
-    """A no-XLA baseline for a fit with XLA on: windows without XLA
-    interleaved with XLA's (`BASELINE_ROUNDS`: three each, or two where
-    the budget allows no more), at most
-    `BASELINE_SHARE` of the first epoch, `BASELINE_MIN_STEPS` to
-    `BASELINE_MAX_STEPS` steps; the model keeps XLA after it."""
-    spe, steps = request.steps_per_call, request.epoch_steps
-    if not request.baseline:
-        off = "the baseline window is off (XLATuner(baseline=False))"
-        return Settlement(None, baseline=BaselineSection(reason=off))
-    if not steps:
-        # Measured: Keras's end-of-data call of a non-XLA train function
-        # advances optimizer.iterations (12 for 10 batches over two
-        # epochs; 10 with XLA), so no-XLA windows must not meet it.
-        return Settlement(
-            None,
-            baseline=BaselineSection(
-                reason="the first epoch's length is unknown, and a no-XLA "
-                "call at the end of the data would advance the optimizer's "
-                "step count in Keras (pass steps_per_epoch to fit)"
-            ),
-        )
-    budget = int(BASELINE_SHARE * steps)
-    budget = min(max(budget, BASELINE_MIN_STEPS), BASELINE_MAX_STEPS)
-    if steps is not None:
-        budget = min(budget, steps)
-    for rounds in BASELINE_ROUNDS:
-        calls = budget // spe // (2 * rounds)
-        if calls >= trial_lib.MIN_WINDOW_CALLS:
-            break
-    if not request.probed or calls < trial_lib.MIN_WINDOW_CALLS:
-        need = 2 * rounds * trial_lib.MIN_WINDOW_CALLS * spe
-        why = (
-            "the model's steps carry no probe (a plain model under a "
-            "multi-replica strategy)"
-            if not request.probed
-            else f"the first epoch has {steps} steps; the baseline needs {need}"
-        )
-        return Settlement(None, baseline=BaselineSection(reason=why))
-    policy = model.dtype_policy.name
-    keep = Candidate(True, policy)
-    trial = Trial(
-        [keep, Candidate(False, policy)],
-        keep,
-        calls,
-        spe,
-        rounds=rounds,
-    )
-    runner = TrialRunner(trial, original, True, keep=keep)
-    runner.switch(model, keep)
-    logging.getLogger("tensorflow").addFilter(_FILTER)
-    return runner
 
 
 def _configure(model: Any, original: ModelState, candidate: Candidate):

@@ -61,6 +61,8 @@ def run_plan(trial, seconds_of):
     while not trial.done:
         if trial.boundary():
             trial.close_window(records)
+            if trial.done:  # the last candidates were dropped
+                return records
         candidate = trial.current()
         trial.advance()
         first = not any(r._candidate == candidate for r in records)
@@ -88,7 +90,7 @@ def test_decision_skips_warmup_and_compiled_calls():
     def seconds(candidate, first):
         return speed[candidate] * (1000 if first else 1)
 
-    trial = Trial([A, B, C], A, window_calls=4)
+    trial = Trial([A, B, C], A, window_calls=4, drop=False)
     run_plan(trial, seconds)
     winner, decision = trial.decide()
     assert winner == B
@@ -129,6 +131,35 @@ def test_winner_equal_to_default_breaks_even_at_once():
     assert decision["break_even_steps"] == 0
 
 
+def test_clearly_slower_candidates_get_no_more_windows():
+    speed = {A: 0.001, B: 0.003, C: 0.0011}
+    trial = Trial([A, B, C], A, window_calls=3)
+    planned = len(trial.plan)
+    run_plan(trial, lambda c, first: speed[c])
+    # After the first round (3 windows of 3 calls) B is dropped: its
+    # fastest step (3 ms) is over 1.3x the best median (1 ms).
+    assert trial.dropped == {B: 9}
+    assert len(trial.plan) == planned - 2 * 3  # B's two later windows
+    winner, decision = trial.decide()
+    assert winner == A
+    rows = {r.name: r for r in decision.candidates}
+    assert rows[B.name].dropped_after_steps == 9
+    assert rows[B.name].measured_steps == 2
+    assert rows[C.name].measured_steps == 6
+    assert decision.trial_steps == planned - 6
+
+
+def test_a_trial_of_two_ends_when_one_is_dropped_and_a_baseline_does_not():
+    speed = {A: 0.001, B: 0.004}
+    trial = Trial([A, B], A, window_calls=3)
+    run_plan(trial, lambda c, first: speed[c])
+    assert trial.dropped == {B: 6} and len(trial.plan) == 6
+    assert trial.decide()[0] == A
+    baseline = Trial([A, B], A, window_calls=3, drop=False)
+    run_plan(baseline, lambda c, first: speed[c])
+    assert baseline.dropped == {} and len(baseline.plan) == 18
+
+
 def test_budget_and_window_size():
     assert trial_lib.budget_steps(0.25, 400) == 100
     assert trial_lib.budget_steps(120, None) == 120
@@ -138,7 +169,12 @@ def test_budget_and_window_size():
     assert trial_lib.window_calls(36, 4, 1) == 3
     assert trial_lib.window_calls(10_000, 2, 1) == trial_lib.MAX_WINDOW_CALLS
     assert trial_lib.window_calls(100, 2, 4) == 4
-    assert trial_lib.minimum_steps(4, 2) == 72
+    # Three rounds where the budget allows, else two.
+    assert trial_lib.schedule(36, 4, 1) == (3, 3)
+    assert trial_lib.schedule(35, 4, 1) == (4, 2)
+    assert trial_lib.schedule(24, 4, 1) == (3, 2)
+    assert trial_lib.schedule(23, 4, 1) == (0, 0)
+    assert trial_lib.minimum_steps(4, 2) == 48  # 2 rounds x 4 x 3 calls
     for bad in (0, -1, 0.0, 1.5, "a", True):
         with pytest.raises(ValueError, match="trial_budget"):
             trial_lib.validate_budget(bad)
@@ -225,7 +261,15 @@ def test_trial_picks_the_planted_winner(recommend, slow_dtype, winner):
     assert decision["winner"] == winner
     medians = {c["name"]: c["median_step_ms"] for c in decision["candidates"]}
     assert min(medians, key=medians.get) == winner
-    assert all(c["measured_steps"] >= 6 for c in decision["candidates"])
+    # The planted loser is clearly slower: it is dropped after its first
+    # window, and with one candidate left the trial ends there (one window
+    # each of 6 calls, not the 3 rounds planned: 36 steps).
+    rows = {c["name"]: c for c in decision["candidates"]}
+    (loser,) = [n for n in rows if n != winner]
+    assert rows[loser]["dropped_after_steps"] == 12
+    assert rows[winner]["dropped_after_steps"] is None
+    assert decision["trial_steps"] == 12
+    assert all(c["measured_steps"] >= 2 for c in decision["candidates"])
     policy = winner.split("/")[1]
     assert model.dtype_policy.name == policy
     assert model.layers[2].dtype_policy.name == policy  # the planted layer
@@ -303,19 +347,43 @@ def test_second_fit_reuses_the_decision():
     assert tuner.report.total_compilations == 0
 
 
+def test_trial_decides_on_a_short_first_epoch(recommend):
+    # 40 steps, four candidates: trial_budget=0.25 gives 10 steps, too few;
+    # the trial takes the 24 it needs (two rounds of 3-call windows).
+    recommend("mixed_bfloat16")
+    x, y = regression_data(8 * 40)
+    tuner = fit_trial(
+        conv_model(jit_compile=False),
+        x,
+        y,
+        8,
+        1,
+        jit_compile="auto",
+        mixed_precision="auto",
+    )
+    decision = tuner.report.decision
+    assert decision["status"] == "decided"
+    assert len(decision["candidates"]) == 4
+    assert decision["trial_steps"] <= 24
+    assert "trial-skipped" not in tuner.report.finding_codes()
+    assert tuner.report.epochs[0].steps == 40
+
+
 def test_trial_skipped_when_the_epoch_is_too_short():
     from keras_xla import XLATuner
 
+    # 10 steps: two candidates need 12 (2 rounds x 2 x 3 calls).
     model = conv_model(jit_compile=False)
-    x, y = regression_data(32 * 20)
+    x, y = regression_data(32 * 10)
     tuner = XLATuner(jit_compile="auto", verbose=0)
     with pytest.warns(UserWarning, match="trial-skipped"):
         model.fit(x, y, batch_size=32, epochs=1, callbacks=[tuner], verbose=0)
     report = tuner.report
     assert report.decision["status"] == "skipped"
-    assert "5 steps" in report.decision["reason"]
+    assert "2 steps" in report.decision["reason"]  # 0.25 of 10
+    assert "at least 12" in report.decision["reason"]
     finding = next(f for f in report.findings if f.code == "trial-skipped")
-    assert "18" in finding.fix  # 2 candidates x 3 rounds x 3 calls
+    assert "12" in finding.fix
     # The model trains as compiled: XLA stays off.
     assert model.jit_compile is False and report.jit.enabled is False
 
@@ -338,7 +406,8 @@ def test_trial_drives_xlamodel(profiled):
         model.fit(x, y, batch_size=32, epochs=1, callbacks=[tuner], verbose=0)
     decision = tuner.report.decision
     assert decision["status"] == "decided"
-    assert all(c["measured_steps"] >= 6 for c in decision["candidates"])
+    # Two timed steps each at least (fewer windows for a dropped one).
+    assert all(c["measured_steps"] >= 2 for c in decision["candidates"])
     assert model.jit_compile is (decision["winner"] == "xla/float32")
     # XLAModel compiles its per-replica step once, in the XLA windows.
     assert tuner.report.total_compilations == len(events) == 1
@@ -397,12 +466,14 @@ def test_trial_silences_tensorflows_retracing_warning_only_while_it_runs():
         tf_logger.removeHandler(handler)
     assert tuner.report.decision["status"] == "decided"
     assert not [m for m in records if "tf.function retracing" in m]
-    assert autotune._FILTER not in tf_logger.filters
+    assert autotune.RETRACE_FILTER not in tf_logger.filters
 
 
-def test_trial_with_steps_per_execution_counts_steps_not_calls():
+def test_trial_with_steps_per_execution_counts_steps_not_calls(monkeypatch):
     from keras_xla import XLATuner
 
+    # Counting, not dropping: every candidate gets all its windows.
+    monkeypatch.setattr(trial_lib, "DROP_FACTOR", float("inf"))
     model = conv_model(steps_per_execution=2, jit_compile=False)
     x, y = regression_data(32 * 60)
     # 36 steps = 18 calls of 2 steps: 3 rounds x 2 candidates x 3 calls.
@@ -412,13 +483,15 @@ def test_trial_with_steps_per_execution_counts_steps_not_calls():
     assert decision["trial_steps"] == 36
     # Each window's first call is left out: 3 windows x 2 calls x 2 steps.
     assert [c["measured_steps"] for c in decision["candidates"]] == [12, 12]
-    # One step fewer and the trial does not fit.
-    short = XLATuner(jit_compile="auto", trial_budget=35, verbose=0)
+    # An epoch of 10 steps cannot hold the fewest a trial decides on:
+    # 2 rounds x 2 candidates x 3 calls of 2 steps.
+    short = XLATuner(jit_compile="auto", trial_budget=10, verbose=0)
     with pytest.warns(UserWarning, match="trial-skipped"):
         conv_model(steps_per_execution=2, jit_compile=False).fit(
-            x, y, batch_size=32, epochs=1, callbacks=[short], verbose=0
-        )
-    assert "at least 36" in short.report.decision["reason"]
+            x[: 32 * 10], y[: 32 * 10], batch_size=32, epochs=1,
+            callbacks=[short], verbose=0,
+        )  # fmt: skip
+    assert "at least 24" in short.report.decision["reason"]
 
 
 def test_trial_skipped_when_the_epoch_length_is_unknown():

@@ -231,13 +231,16 @@ def decision_markdown(decision: Decision | None) -> str:
         )
     lines += [
         "",
-        "| candidate | timed steps | median step ms | compile s |",
-        "| --- | --- | --- | --- |",
+        "| candidate | timed steps | median step ms | compile s | dropped |",
+        "| --- | --- | --- | --- | --- |",
     ]
     for c in d.candidates:
+        dropped = c.dropped_after_steps
+        when = "-" if dropped is None else f"after {dropped} steps"
         lines.append(
             f"| `{c.name}` | {c.measured_steps} | "
-            f"{number(c.median_step_ms)} | {number(c.compile_seconds)} |"
+            f"{number(c.median_step_ms)} | {number(c.compile_seconds)} | "
+            f"{when} |"
         )
     return "\n".join(lines)
 

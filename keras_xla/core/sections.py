@@ -148,6 +148,8 @@ class CandidateResult(Section):
     measured_steps: int = 0
     median_step_ms: float | None = None
     compile_seconds: float | None = None
+    # Given no more windows, clearly slower, after this many trial steps.
+    dropped_after_steps: int | None = None
 
 
 @dataclasses.dataclass

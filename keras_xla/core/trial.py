@@ -28,8 +28,12 @@ from keras_xla.core.timing import ms
 
 AUTO = "auto"
 ROUNDS = 3  # windows per candidate
+MIN_ROUNDS = 2  # on a short budget
 MIN_WINDOW_CALLS = 3  # one warm-up call and at least two timed calls
 MAX_WINDOW_CALLS = 25
+# A candidate whose fastest timed step is this much slower than the best
+# candidate's median is clearly slower: it gets no more windows.
+DROP_FACTOR = 1.3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +57,7 @@ class Trial:
         window_calls: Calls of the train function per window.
         steps_per_call: Steps one call runs.
         rounds: Windows per candidate. Defaults to `ROUNDS`.
+        drop: Whether clearly slower candidates get no more windows.
     """
 
     def __init__(
@@ -62,6 +67,7 @@ class Trial:
         window_calls: int,
         steps_per_call: int = 1,
         rounds: int = ROUNDS,
+        drop: bool = True,
     ) -> None:
         self.candidates = candidates
         self.default = default
@@ -84,6 +90,9 @@ class Trial:
         self._calls = 0
         self._wall = 0.0
         self.wall_by: dict[Candidate, float] = {c: 0.0 for c in candidates}
+        # Candidates given no more windows, with the trial steps run then.
+        self.dropped: dict[Candidate, int] = {}
+        self._drop = drop
 
     @property
     def done(self) -> bool:
@@ -117,6 +126,33 @@ class Trial:
             if not record.compiled and record.trace_seconds == 0.0:
                 per_step = [record.seconds_per_step] * record.steps
                 self._seconds[candidate].extend(per_step)
+        self._drop_slower()
+
+    def _drop_slower(self) -> None:
+        """Once every candidate still in the trial has two timed steps,
+        the ones clearly slower than the best (`DROP_FACTOR`) get no more
+        windows: the trial stops spending steps on a loser."""
+        live = [c for c in self.candidates if c not in self.dropped]
+        if not self._drop or len(live) < 2:
+            return
+        if any(len(self._seconds[c]) < 2 for c in live):
+            return
+        best = min(statistics.median(self._seconds[c]) for c in live)
+        slow = [c for c in live if min(self._seconds[c]) > DROP_FACTOR * best]
+        if not slow:
+            return
+        for c in slow:
+            self.dropped[c] = self._calls * self.steps_per_call
+        # Whole windows go: the plan stays aligned on window boundaries;
+        # with one candidate left there is nothing more to measure.
+        rest = [c for c in self.plan[self.position :] if c not in slow]
+        if len(live) - len(slow) < 2:
+            rest = []
+        self.plan = self.plan[: self.position] + rest
+
+    def new_epoch(self) -> None:
+        """The epoch's records were handed over: count from zero."""
+        self._consumed = 0
 
     def medians_ms(self) -> dict[Candidate, float | None]:
         """Each candidate's median timed step (ms; None under two)."""
@@ -142,7 +178,9 @@ class Trial:
             if first is not None and median is not None:
                 excess = first.seconds - median * first.steps
                 compile_s = round(max(excess, 0.0), 3)
-            rows.append(candidate_row(c, len(times), ms(median), compile_s))
+            row = candidate_row(c, len(times), ms(median), compile_s)
+            row.dropped_after_steps = self.dropped.get(c)
+            rows.append(row)
         measured = [c for c in self.candidates if medians[c] is not None]
         decision = Decision(
             status="skipped",
@@ -172,13 +210,25 @@ class Trial:
         return winner, decision
 
 
-def window_calls(budget_steps: int, n: int, steps_per_call: int) -> int:
+def window_calls(
+    budget_steps: int, n: int, steps_per_call: int, rounds: int = ROUNDS
+) -> int:
     """Calls per window for a trial of `budget_steps` steps over `n`
-    candidates; 0 when the budget is too small to decide."""
-    calls = budget_steps // steps_per_call // (ROUNDS * n)
+    candidates in `rounds` rounds; 0 when the budget is too small."""
+    calls = budget_steps // steps_per_call // (rounds * n)
     if calls < MIN_WINDOW_CALLS:
         return 0
     return min(calls, MAX_WINDOW_CALLS)
+
+
+def schedule(budget_steps: int, n: int, steps_per_call: int) -> tuple[int, int]:
+    """`(calls per window, rounds)` for a budget: three rounds where it
+    allows, else two; `(0, 0)` when even two do not fit."""
+    for rounds in (ROUNDS, MIN_ROUNDS):
+        calls = window_calls(budget_steps, n, steps_per_call, rounds)
+        if calls:
+            return calls, rounds
+    return 0, 0
 
 
 def budget_steps(budget: Any, epoch_steps: int | None) -> int | None:
@@ -205,7 +255,8 @@ def validate_budget(budget: Any) -> None:
 
 
 def minimum_steps(n: int, steps_per_call: int) -> int:
-    return ROUNDS * n * MIN_WINDOW_CALLS * steps_per_call
+    """The fewest steps a trial of `n` candidates can decide on."""
+    return MIN_ROUNDS * n * MIN_WINDOW_CALLS * steps_per_call
 
 
 def _versus_default(winner, default, medians, compile_seconds):

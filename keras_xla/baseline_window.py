@@ -1,0 +1,86 @@
+"""The no-XLA baseline window: real training steps without XLA early in
+the first epoch, in windows interleaved with XLA's, by the trial's own
+mechanism (`trial_runner.TrialRunner`); the model keeps XLA after it.
+The verdict's speedup comes from these windows.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from keras_xla.core import trial as trial_lib
+from keras_xla.core.report import BaselineSection
+from keras_xla.core.trial import Candidate, Trial
+from keras_xla.trial_runner import (
+    RETRACE_FILTER,
+    ModelState,
+    Request,
+    Settlement,
+    TrialRunner,
+)
+
+# The no-XLA baseline: windows per configuration (fewer on a short epoch),
+# share of the first epoch, and its bounds in steps.
+BASELINE_ROUNDS = (3, 2)
+BASELINE_SHARE = 0.15
+BASELINE_MIN_STEPS = 12
+BASELINE_MAX_STEPS = 120
+
+
+def plan_baseline(
+    model: Any, request: Request, original: ModelState
+) -> TrialRunner | Settlement:
+    """A no-XLA baseline for a fit with XLA on: windows without XLA
+    interleaved with XLA's (`BASELINE_ROUNDS`: three each, or two where
+    the budget allows no more), at most
+    `BASELINE_SHARE` of the first epoch, `BASELINE_MIN_STEPS` to
+    `BASELINE_MAX_STEPS` steps; the model keeps XLA after it."""
+    spe, steps = request.steps_per_call, request.epoch_steps
+    if not request.baseline:
+        off = "the baseline window is off (XLATuner(baseline=False))"
+        return Settlement(None, baseline=BaselineSection(reason=off))
+    if not steps:
+        # Measured: Keras's end-of-data call of a non-XLA train function
+        # advances optimizer.iterations (12 for 10 batches over two
+        # epochs; 10 with XLA), so no-XLA windows must not meet it.
+        return Settlement(
+            None,
+            baseline=BaselineSection(
+                reason="the first epoch's length is unknown, and a no-XLA "
+                "call at the end of the data would advance the optimizer's "
+                "step count in Keras (pass steps_per_epoch to fit)"
+            ),
+        )
+    budget = int(BASELINE_SHARE * steps)
+    budget = min(max(budget, BASELINE_MIN_STEPS), BASELINE_MAX_STEPS)
+    if steps is not None:
+        budget = min(budget, steps)
+    for rounds in BASELINE_ROUNDS:
+        calls = budget // spe // (2 * rounds)
+        if calls >= trial_lib.MIN_WINDOW_CALLS:
+            break
+    if not request.probed or calls < trial_lib.MIN_WINDOW_CALLS:
+        need = 2 * rounds * trial_lib.MIN_WINDOW_CALLS * spe
+        why = (
+            "the model's steps carry no probe (a plain model under a "
+            "multi-replica strategy)"
+            if not request.probed
+            else f"the first epoch has {steps} steps; the baseline needs {need}"
+        )
+        return Settlement(None, baseline=BaselineSection(reason=why))
+    policy = model.dtype_policy.name
+    keep = Candidate(True, policy)
+    # No dropping: the baseline measures both sides, however clear.
+    trial = Trial(
+        [keep, Candidate(False, policy)],
+        keep,
+        calls,
+        spe,
+        rounds=rounds,
+        drop=False,
+    )
+    runner = TrialRunner(trial, original, True, keep=keep)
+    runner.switch(model, keep)
+    logging.getLogger("tensorflow").addFilter(RETRACE_FILTER)
+    return runner
