@@ -458,7 +458,7 @@ def test_report_renders_the_trial_decision(tmp_path):
         "no_xla/mixed_bfloat16 4.00 ms, no_xla/float32 6.00 ms"
     )
     assert "1.50x" in part[2] and "36 steps" in part[2]
-    assert "| `no_xla/mixed_bfloat16` | 12 | 4.00 | 0.40 |" in part
+    assert "| `no_xla/mixed_bfloat16` | 12 | 4.00 | 0.40 | - |" in part
     assert out.index("Trial decision") < out.index("Findings (1)")
 
 
