@@ -15,7 +15,7 @@ import numpy as np
 from keras_xla import trial_runner
 from keras_xla.core.trial import AUTO, validate_budget
 from keras_xla.tf_backend import compile_cache as cache_lib
-from keras_xla.tf_backend import flag_guard
+from keras_xla.tf_backend import decision_memory, flag_guard
 from keras_xla.tf_backend import jit as jit_lib
 from keras_xla.tf_backend import precision as precision_lib
 from keras_xla.tf_backend.unsupported import CHOICES as UNSUPPORTED_CHOICES
@@ -36,6 +36,7 @@ class Settings:
     mixed_precision: str | None
     trial_budget: float | int
     baseline: bool = True
+    trial_memory: bool = True
     flag_problems: tuple = ()
     cache_status: cache_lib.CacheStatus | None = None
 
@@ -68,6 +69,11 @@ class Settings:
             probed=probed,
             baseline=self.baseline,
             epochs=params.get("epochs"),
+            memory_dir=(
+                decision_memory.directory(self.cache_status)
+                if self.trial_memory
+                else None
+            ),
         )
 
 
@@ -83,6 +89,7 @@ def check_arguments(
     trial_budget: Any,
     baseline: Any = True,
     strict: Any = False,
+    trial_memory: Any = True,
 ) -> None:
     """Raises `ValueError` for the first unsupported argument, naming it,
     the value received and the fix."""
@@ -131,6 +138,11 @@ def check_arguments(
         raise ValueError(
             f"Unsupported value `XLATuner(baseline={baseline!r})`: pass True "
             "(measure a no-XLA baseline window) or False."
+        )
+    if not isinstance(trial_memory, bool):
+        raise ValueError(
+            f"Unsupported value `XLATuner(trial_memory={trial_memory!r})`: "
+            "pass True (remember the trial's winner across runs) or False."
         )
     validate_budget(as_int(trial_budget))
     if mixed_precision not in (None, AUTO):

@@ -22,6 +22,7 @@ from keras_xla.core.report import BaselineSection, Decision
 from keras_xla.core.trial import AUTO, Candidate, Trial
 from keras_xla.tf_backend import jit as jit_lib
 from keras_xla.tf_backend import precision as precision_lib
+from keras_xla.tf_backend.decision_memory import DecisionMemory
 
 
 class ModelState:
@@ -121,6 +122,8 @@ class Request:
         probed: Whether the model's steps carry the shape probe.
         baseline: `XLATuner(baseline=...)`.
         epochs: The fit's epochs, if known.
+        memory_dir: Where decisions are remembered across runs (None:
+            not remembered).
     """
 
     jit: Any
@@ -132,6 +135,7 @@ class Request:
     probed: bool
     baseline: bool = True
     epochs: int | None = None
+    memory_dir: str | None = None
 
 
 def plan(
@@ -197,10 +201,15 @@ def plan(
         return _fall_back(
             model, original, request.xla_possible, decision, *problem
         )
+    memory = None
+    if request.memory_dir:
+        names = [c.name for c in candidates]
+        memory = DecisionMemory(request.memory_dir, model, names, spe)
     runner = TrialRunner(
         Trial(candidates, default, calls, spe, rounds),
         original,
         request.xla_possible,
+        memory=memory,
     )
     runner.switch(model, candidates[0])
     logging.getLogger("tensorflow").addFilter(RETRACE_FILTER)
@@ -241,10 +250,16 @@ class TrialRunner:
         original: ModelState,
         xla_possible: bool,
         keep: Candidate | None = None,
+        memory: DecisionMemory | None = None,
     ) -> None:
         self.trial = trial
         self.original = original
         self.xla_possible = xla_possible
+        # Decisions of earlier runs: looked up with the first step's
+        # signature, which the first call gives.
+        self.memory = memory
+        self._signature = None
+        self._recalled: dict | None = None
         # A baseline trial measures, and then keeps the user's setting.
         self.keep = keep
         self.active: Candidate | None = None
@@ -267,9 +282,28 @@ class TrialRunner:
         records so far (`records()`) to the trial. Returns `DONE` (call
         `finish`), `SWITCHED` (the model changed configuration: rebuild
         the train function) or `""`."""
+        if self.memory is not None and self._signature is None:
+            if self._recall(records()):
+                return DONE
         if self.at_boundary() and self.close_window(records()):
             return DONE
         return SWITCHED if self.advance(model) else ""
+
+    def _recall(self, records: list) -> bool:
+        """With the first step's signature: whether an earlier run's
+        decision holds for this one."""
+        first = next(
+            (r.signatures[0][0] for r in records if r.signatures), None
+        )
+        if first is None:
+            return False
+        self._signature = first
+        entry = self.memory.recall(first)
+        names = {c.name for c in self.trial.candidates}
+        if entry is not None and entry["winner"] in names:
+            self._recalled = entry
+            return True
+        return False
 
     def advance(self, model: Any) -> bool:
         """Before a trial call: puts the model in the scheduled
@@ -298,6 +332,8 @@ class TrialRunner:
         self.trial.close_window(records)
         if self.keep is not None:
             return self._finish_baseline(model)
+        if self._recalled is not None:
+            return self._finish_recalled(model)
         winner, decision = self.trial.decide()
         if winner is None:
             return _fall_back(
@@ -309,6 +345,25 @@ class TrialRunner:
                 "Raise `trial_budget`, or give the first epoch more steps.",
             )
         self.switch(model, winner)
+        if self.memory is not None and self._signature is not None:
+            self.memory.remember(self._signature, winner.name, decision.reason)
+        return Settlement(decision, kept=self._states[winner])
+
+    def _finish_recalled(self, model: Any) -> Settlement:
+        entry = self._recalled
+        winner = next(
+            c for c in self.trial.candidates if c.name == entry["winner"]
+        )
+        self.switch(model, winner)
+        decision = Decision(
+            "remembered",
+            winner.name,
+            f"an earlier run's trial ({entry.get('saved_at', '?')}) on the "
+            f"same model, inputs, hardware and versions: {entry['reason']}",
+            [trial_lib.candidate_row(c) for c in self.trial.candidates],
+            default=self.trial.default.name,
+            trial_steps=self.trial.position * self.trial.steps_per_call,
+        )
         return Settlement(decision, kept=self._states[winner])
 
     def _finish_baseline(self, model: Any) -> Settlement:

@@ -142,10 +142,18 @@ class XLATuner(keras.callbacks.Callback):
         baseline: With XLA on, measure the same step without XLA in short
             windows interleaved with XLA's early in the first epoch (real
             training steps, same weights and precision; 10% of the first
-            epoch, 12 to 100 steps), so the verdict can say whether XLA
+            epoch, 12 to 120 steps), so the verdict can say whether XLA
             paid off (`report.baseline`, `report.verdict`). Its cost (the
             no-XLA windows' seconds, tracing included) is reported; it
             adds no XLA compilation. Defaults to `True`.
+        trial_memory: Remember the trial's winner on disk, keyed by the
+            model's weights, the first step's input signature, the
+            hardware, the TensorFlow and Keras versions and the
+            candidates, and start a later run with the same key on it with
+            no trial (`report.decision.status == "remembered"`). Kept
+            beside the compile cache if one is in force, else in
+            `~/.cache/keras_xla` (`KERAS_XLA_CACHE_DIR`). Defaults to
+            `True`.
 
     Example:
 
@@ -173,6 +181,7 @@ class XLATuner(keras.callbacks.Callback):
         mixed_precision: str | None = None,
         trial_budget: float | int = 0.25,
         baseline: bool = True,
+        trial_memory: bool = True,
     ) -> None:
         super().__init__()
         check_arguments(
@@ -187,6 +196,7 @@ class XLATuner(keras.callbacks.Callback):
             trial_budget=trial_budget,
             baseline=baseline,
             strict=strict,
+            trial_memory=trial_memory,
         )
         self.strict = bool(strict)
         self.log_dir = os.fspath(log_dir) if log_dir is not None else None
@@ -198,6 +208,7 @@ class XLATuner(keras.callbacks.Callback):
         )
         self.trial_budget = as_int(trial_budget)
         self.baseline = baseline
+        self.trial_memory = trial_memory
         self.mixed_precision = mixed_precision
         # A bad TF_XLA_FLAGS/XLA_FLAGS aborts the process at the first XLA
         # use; say so now, in words.
@@ -237,6 +248,7 @@ class XLATuner(keras.callbacks.Callback):
             mixed_precision=self.mixed_precision,
             trial_budget=self.trial_budget,
             baseline=self.baseline,
+            trial_memory=self.trial_memory,
             flag_problems=tuple(self._flag_problems),
             cache_status=self._cache_status,
         )

@@ -516,3 +516,40 @@ def test_trial_skipped_when_the_epoch_length_is_unknown():
             ds, epochs=1, callbacks=[tuner], verbose=0
         )
     assert "length is unknown" in tuner.report.decision["reason"]
+
+
+def run_memory(cache_dir, batch):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, KERAS_XLA_CACHE_DIR=str(cache_dir))
+    env.pop("TF_XLA_FLAGS", None)
+    here = os.path.dirname(__file__)
+    out = subprocess.run(
+        [sys.executable, os.path.join(here, "memory_run.py"), str(batch)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_remembered_decision_skips_the_trial_in_a_new_process(tmp_path):
+    first = run_memory(tmp_path, 8)
+    assert first["status"] == "decided" and first["iterations"] == 40
+    # A new process, the same model, inputs and machine: no trial, the
+    # same winner, from the first call on (which is a real step).
+    second = run_memory(tmp_path, 8)
+    assert second["status"] == "remembered"
+    assert second["winner"] == first["winner"]
+    assert second["trial_steps"] == 1
+    assert second["jit"] is (first["winner"] == "xla/float32")
+    assert "an earlier run's trial" in second["reason"]
+    assert second["iterations"] == second["steps"] == 40
+    # Another input signature (batch 16): the memory does not apply.
+    third = run_memory(tmp_path, 16)
+    assert third["status"] == "decided"
+    assert third["iterations"] == 40

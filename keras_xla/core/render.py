@@ -123,6 +123,8 @@ def clusters_line(clustering) -> str:
 
 
 def decision_line(decision: Decision | None) -> list[str]:
+    if decision is not None and decision.status == "remembered":
+        return [f"Trial: {decision.winner}, remembered ({decision.reason})."]
     if decision is None or decision.status != "decided":
         return []
     speedup = decision.speedup_vs_default

@@ -157,7 +157,10 @@ class Decision(Section):
     """What the XLA/precision trial decided, and on what measurements.
 
     `status` is `decided`, `reused` (a second fit kept the first fit's
-    winner), `single-candidate` or `skipped` (`winner` is then None).
+    winner), `remembered` (an earlier run's winner for the same model,
+    inputs, hardware and versions), `single-candidate` or `skipped`
+    (`winner` is then None). A candidate's `dropped_after_steps` says when
+    it was clearly slower and got no more windows.
     """
 
     status: str

@@ -1,0 +1,113 @@
+"""The trial's decision, remembered across runs.
+
+A restarted or repeated job should not pay the trial again: its winner is
+kept in a small JSON file, keyed by everything that makes it valid. The
+model (its class and every weight's path, shape and dtype), the input
+signature of its first step, the hardware (CPU model, devices), the
+TensorFlow and Keras versions, the candidates and `steps_per_execution`.
+Any change of these is a different key, and the trial runs again.
+
+The file is `trial_decisions.json` beside the compile cache when one is
+in force, else in keras_xla's machine cache (`KERAS_XLA_CACHE_DIR`, or
+`~/.cache/keras_xla`). Reading or writing it never raises.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import time
+from typing import Any
+
+from keras_xla.tf_backend import hardware
+
+FILE = "trial_decisions.json"
+logger = logging.getLogger(__name__)
+
+
+class DecisionMemory:
+    """Remembered winners for one model and candidate set.
+
+    Args:
+        directory: Where the file lives.
+        model: The model being fit.
+        candidates: The trial's candidate names, in order.
+        steps_per_call: `steps_per_execution`.
+    """
+
+    def __init__(
+        self, directory: str, model: Any, candidates: list, steps_per_call: int
+    ) -> None:
+        self.path = os.path.join(directory, FILE)
+        self._base = {
+            "model": [type(model).__name__]
+            + [
+                [w.path, list(w.shape), str(w.dtype)]
+                for w in getattr(model, "weights", [])
+            ],
+            "hardware": _hardware(),
+            "candidates": list(candidates),
+            "steps_per_execution": int(steps_per_call),
+        }
+
+    def key(self, signature: Any) -> str:
+        """The key for the first step's signature (a `Signature`)."""
+        inputs = [[t.path, list(t.shape), t.dtype] for t in signature.tensors]
+        text = json.dumps({**self._base, "inputs": inputs}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def recall(self, signature: Any) -> dict | None:
+        """The remembered entry (`winner`, `reason`, `saved_at`), or None."""
+        entry = _read(self.path).get(self.key(signature))
+        return (
+            entry if isinstance(entry, dict) and entry.get("winner") else None
+        )
+
+    def remember(self, signature: Any, winner: str, reason: str) -> None:
+        data = _read(self.path)
+        data[self.key(signature)] = {
+            "winner": winner,
+            "reason": reason,
+            "saved_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            tmp = f"{self.path}.{os.getpid()}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(data, f, indent=1, sort_keys=True)
+            os.replace(tmp, self.path)
+        except OSError as error:
+            logger.warning("keras_xla: cannot keep the decision: %s", error)
+
+
+def directory(cache_status: Any) -> str:
+    """Beside the compile cache if one is in force, else the machine's
+    keras_xla cache."""
+    if cache_status is not None and cache_status.active:
+        return cache_status.directory
+    return hardware.cache_directory()
+
+
+def _hardware() -> list:
+    import keras
+    import tensorflow as tf
+
+    devices = [d.name for d in tf.config.list_logical_devices()]
+    return [
+        hardware.cpu_model() or platform.machine(),
+        devices,
+        tf.__version__,
+        keras.__version__,
+    ]
+
+
+def _read(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
