@@ -97,6 +97,7 @@ def run(name, jit, precision, args, ds):
         "steady": args.batch_size / statistics.median(late),
         "compilations": report.total_compilations,
         "decision": report.decision,
+        "starts": clock.starts,
     }
 
 

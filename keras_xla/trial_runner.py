@@ -17,58 +17,11 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from keras_xla.configurations import ModelState, configure, plan_candidates
 from keras_xla.core import trial as trial_lib
 from keras_xla.core.report import BaselineSection, Decision
-from keras_xla.core.trial import AUTO, Candidate, Trial
-from keras_xla.tf_backend import jit as jit_lib
-from keras_xla.tf_backend import precision as precision_lib
+from keras_xla.core.trial import Candidate, Trial
 from keras_xla.tf_backend.decision_memory import DecisionMemory
-
-
-class ModelState:
-    """A model's precision and XLA settings: layer policies, the model's
-    policy, its optimizer (loss scaling) and `jit_compile`."""
-
-    def __init__(self, model: Any) -> None:
-        self.layers = [
-            (layer, layer.dtype_policy)
-            for layer in model._flatten_layers(include_self=False)
-        ]
-        self.policy = model.dtype_policy
-        self.optimizer = getattr(model, "optimizer", None)
-        self.jit = model.jit_compile
-
-    def restore(self, model: Any) -> None:
-        for layer, policy in self.layers:
-            if layer.dtype_policy is not policy:
-                layer.dtype_policy = policy
-        model.dtype_policy = self.policy
-        if self.optimizer is not None and model.optimizer is not self.optimizer:
-            model.optimizer = self.optimizer
-        model.jit_compile = self.jit
-
-
-def plan_candidates(
-    jit: Any, precision: Any, xla_possible: bool, model: Any
-) -> tuple[list[Candidate], Candidate]:
-    """The candidates for the requested `jit` and `precision` ("auto", or
-    a fixed value applied to all), and Keras's default configuration
-    (`jit_compile="auto"` as Keras resolves it, float32). `xla_possible`
-    is `configure_jit`'s verdict for the request (`True` for "auto")."""
-    if jit == AUTO:
-        jits = [False, True] if xla_possible else [False]
-    else:  # configure_jit applied the request where it can work
-        jits = [bool(xla_possible)]
-    current = model.dtype_policy.name
-    if precision == AUTO:
-        recommended, _ = precision_lib.recommend_policy()
-        policies = list(dict.fromkeys(["float32", recommended]))
-    else:
-        policies = [
-            precision_lib.float_policy(precision).name if precision else current
-        ]
-    candidates = [Candidate(j, p) for j in jits for p in policies]
-    return candidates, Candidate(jit_lib.keras_auto_jit(model), "float32")
 
 
 @dataclasses.dataclass
@@ -163,7 +116,7 @@ def plan(
         state.restore(model)
         return Settlement(dataclasses.replace(decision, status="reused"))
     if len(candidates) == 1:
-        _configure(model, original, candidates[0])
+        configure(model, original, candidates[0])
         return Settlement(
             Decision(
                 "single-candidate",
@@ -205,6 +158,9 @@ def plan(
     if request.memory_dir:
         names = [c.name for c in candidates]
         memory = DecisionMemory(request.memory_dir, model, names, spe)
+        # The likely winner first: a recalled run then never switches.
+        likely = memory.likely()
+        candidates.sort(key=lambda c: c.name != likely)
     runner = TrialRunner(
         Trial(candidates, default, calls, spe, rounds),
         original,
@@ -320,7 +276,7 @@ class TrialRunner:
         self.active = candidate
         state = self._states.get(candidate)
         if state is None:
-            _configure(model, self.original, candidate)
+            configure(model, self.original, candidate)
             state = self._states[candidate] = ModelState(model)
         else:
             state.restore(model)
@@ -381,14 +337,6 @@ class TrialRunner:
                 "the baseline windows ended before two steps of each were timed"
             )
         return Settlement(None, baseline=section)
-
-
-def _configure(model: Any, original: ModelState, candidate: Candidate):
-    """Puts `model` in `candidate`'s configuration, from `original`."""
-    original.restore(model)
-    if candidate.policy != model.dtype_policy.name:
-        precision_lib.apply_policy(model, candidate.policy)
-    model.jit_compile = candidate.jit
 
 
 def _fall_back(model, original, xla_possible, decision, problem, fix):

@@ -105,9 +105,12 @@ def test_trial_runner_settles_without_a_fit():
     assert again.jit_reason() == "the trial chose no_xla/float32 (r)"
 
 
-def test_trial_runner_switches_and_decides_on_records():
+def test_trial_runner_switches_and_decides_on_records(monkeypatch):
+    from keras_xla.core import trial as trial_lib
     from keras_xla.core.timing import StepRecord
 
+    # Rotation, not dropping: every window runs.
+    monkeypatch.setattr(trial_lib, "DROP_FACTOR", float("inf"))
     model = StubModel()
     runner = trial_runner.plan(
         model, request(budget=18), trial_runner.ModelState(model), None

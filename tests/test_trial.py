@@ -11,6 +11,7 @@ from keras_xla import trial_runner
 from keras_xla.core import trial as trial_lib
 from keras_xla.core.timing import StepRecord
 from keras_xla.core.trial import Candidate, Trial
+from keras_xla.tf_backend import precision as precision_lib
 
 A = Candidate(False, "float32")
 B = Candidate(True, "float32")
@@ -23,7 +24,7 @@ def recommend(monkeypatch):
 
     def set_policy(policy):
         monkeypatch.setattr(
-            trial_runner.precision_lib,
+            precision_lib,
             "recommend_policy",
             lambda *args: (policy, "test"),
         )

@@ -53,6 +53,23 @@ class DecisionMemory:
             "steps_per_execution": int(steps_per_call),
         }
 
+    @property
+    def base(self) -> str:
+        """The key without the input signature: this model here."""
+        text = json.dumps(self._base, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def likely(self) -> str | None:
+        """The winner last remembered for this model on any inputs: the
+        candidate to start with, so a recalled run need not switch."""
+        entries = [
+            e
+            for e in _read(self.path).values()
+            if isinstance(e, dict) and e.get("base") == self.base
+        ]
+        latest = max(entries, key=lambda e: e.get("saved_at", ""), default={})
+        return latest.get("winner")
+
     def key(self, signature: Any) -> str:
         """The key for the first step's signature (a `Signature`)."""
         inputs = [[t.path, list(t.shape), t.dtype] for t in signature.tensors]
@@ -69,6 +86,7 @@ class DecisionMemory:
     def remember(self, signature: Any, winner: str, reason: str) -> None:
         data = _read(self.path)
         data[self.key(signature)] = {
+            "base": self.base,
             "winner": winner,
             "reason": reason,
             "saved_at": time.strftime("%Y-%m-%d %H:%M:%S"),

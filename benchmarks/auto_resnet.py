@@ -1,0 +1,125 @@
+"""ResNet-50: "auto" against every fixed XLA/precision candidate, and a
+second "auto" run that starts on the remembered decision.
+
+In one process, one after the other, a fresh ResNet-50 (synthetic images,
+fixed-size slices: one input shape) trains the same number of steps under
+each fixed candidate (XLA off/on x float32/mixed_bfloat16; XLA off and
+float32 is Keras's default on a CPU), then twice under
+`XLATuner(jit_compile="auto", mixed_precision="auto")`: the first run
+measures (the trial), the second finds the first one's decision (same
+model, inputs, hardware, versions) and runs no trial. Printed, with the
+goals of the "auto" issue:
+
+- steady throughput of auto (late steps) against the best fixed
+  candidate's (goal >= 0.95);
+- time to 120 and to N steps of auto against the best fixed candidate's
+  (goal >= 0.85 for the first run, >= 0.97 for the second);
+- auto's decisions, with the trial's steps, seconds and dropped
+  candidates.
+
+Run: python benchmarks/auto_resnet.py [--steps 300]
+"""
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import precision_trial  # noqa: E402  (the runs and their step clock)
+import train  # noqa: E402
+
+from keras_xla.core.render import decision_markdown, format_table  # noqa: E402
+
+
+def time_to(row, steps):
+    """Seconds from the first step's start to step `steps`' end."""
+    starts = row["starts"]
+    return starts[min(steps, len(starts) - 1)] - starts[0]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--image-size", type=int, default=96)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--budget", type=float, default=0.25)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    # A fresh decision memory: the first auto run must measure.
+    os.environ["KERAS_XLA_CACHE_DIR"] = tempfile.mkdtemp(prefix="auto_resnet_")
+
+    source = train.synthetic_images(args.image_size).repeat()
+    ds = train.fixed_pipeline(source, args.image_size, args.batch_size)
+    ds = ds.take(32).cache().repeat().prefetch(2)
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores; ResNet-50 "
+        f"{args.image_size}x{args.image_size}, batch {args.batch_size}, "
+        f"{args.steps} steps per run",
+        flush=True,
+    )
+    fixed = [
+        precision_trial.run(name, j, p, args, ds)
+        for name, j, p in precision_trial.FIXED
+    ]
+    first = precision_trial.run("auto (first run)", "auto", "auto", args, ds)
+    second = precision_trial.run("auto (second run)", "auto", "auto", args, ds)
+    best = max(fixed, key=lambda r: r["steady"])
+    short = min(120, args.steps)
+    table = [
+        (
+            "config",
+            "compiles",
+            f"s to {short}",
+            f"s to {args.steps}",
+            "img/s steady",
+            "steady vs best",
+            f"speed to {short} vs best",
+            f"speed to {args.steps} vs best",
+        )
+    ]
+    for r in [*fixed, first, second]:
+        table.append(
+            (
+                r["name"],
+                str(r["compilations"]),
+                f"{time_to(r, short):.1f}",
+                f"{time_to(r, args.steps):.1f}",
+                f"{r['steady']:.2f}",
+                f"{r['steady'] / best['steady']:.2f}",
+                f"{time_to(best, short) / time_to(r, short):.2f}",
+                f"{time_to(best, args.steps) / time_to(r, args.steps):.2f}",
+            )
+        )
+    print("\n".join(format_table(table)))
+    print(f"best fixed candidate (steady state): {best['name']}")
+    goals = [
+        ("auto steady vs best fixed", first["steady"] / best["steady"], 0.95),
+        (
+            f"first run, speed to {short} vs best fixed",
+            time_to(best, short) / time_to(first, short),
+            0.85,
+        ),
+        (
+            f"first run, speed to {args.steps} vs best fixed",
+            time_to(best, args.steps) / time_to(first, args.steps),
+            0.85,
+        ),
+        (
+            f"second run, speed to {args.steps} vs best fixed",
+            time_to(best, args.steps) / time_to(second, args.steps),
+            0.97,
+        ),
+    ]
+    for name, value, goal in goals:
+        verdict = "met" if value >= goal else "NOT met"
+        print(f"{name}: {value:.2f} (goal >= {goal}): {verdict}")
+    for r in (first, second):
+        print(f"\n{r['name']}'s decision:\n" + decision_markdown(r["decision"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""The live model's configurations: its XLA and precision state, the
+trial's candidates, and putting the model in one of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from keras_xla.core.trial import AUTO, Candidate
+from keras_xla.tf_backend import jit as jit_lib
+from keras_xla.tf_backend import precision as precision_lib
+
+
+class ModelState:
+    """A model's precision and XLA settings: layer policies, the model's
+    policy, its optimizer (loss scaling) and `jit_compile`."""
+
+    def __init__(self, model: Any) -> None:
+        self.layers = [
+            (layer, layer.dtype_policy)
+            for layer in model._flatten_layers(include_self=False)
+        ]
+        self.policy = model.dtype_policy
+        self.optimizer = getattr(model, "optimizer", None)
+        self.jit = model.jit_compile
+
+    def restore(self, model: Any) -> None:
+        for layer, policy in self.layers:
+            if layer.dtype_policy is not policy:
+                layer.dtype_policy = policy
+        model.dtype_policy = self.policy
+        if self.optimizer is not None and model.optimizer is not self.optimizer:
+            model.optimizer = self.optimizer
+        model.jit_compile = self.jit
+
+
+def plan_candidates(
+    jit: Any, precision: Any, xla_possible: bool, model: Any
+) -> tuple[list[Candidate], Candidate]:
+    """The candidates for the requested `jit` and `precision` ("auto", or
+    a fixed value applied to all), and Keras's default configuration
+    (`jit_compile="auto"` as Keras resolves it, float32). `xla_possible`
+    is `configure_jit`'s verdict for the request (`True` for "auto")."""
+    if jit == AUTO:
+        jits = [False, True] if xla_possible else [False]
+    else:  # configure_jit applied the request where it can work
+        jits = [bool(xla_possible)]
+    current = model.dtype_policy.name
+    if precision == AUTO:
+        recommended, _ = precision_lib.recommend_policy()
+        policies = list(dict.fromkeys(["float32", recommended]))
+    else:
+        policies = [
+            precision_lib.float_policy(precision).name if precision else current
+        ]
+    candidates = [Candidate(j, p) for j in jits for p in policies]
+    return candidates, Candidate(jit_lib.keras_auto_jit(model), "float32")
+
+
+def configure(model: Any, original: ModelState, candidate: Candidate):
+    """Puts `model` in `candidate`'s configuration, from `original`."""
+    original.restore(model)
+    if candidate.policy != model.dtype_policy.name:
+        precision_lib.apply_policy(model, candidate.policy)
+    model.jit_compile = candidate.jit
