@@ -161,8 +161,11 @@ def plan(
         # The likely winner first: a recalled run then never switches.
         likely = memory.likely()
         candidates.sort(key=lambda c: c.name != likely)
+    trial = Trial(candidates, default, calls, spe, rounds)
+    if steps:
+        trial.run_steps = steps * (request.epochs or 1)
     runner = TrialRunner(
-        Trial(candidates, default, calls, spe, rounds),
+        trial,
         original,
         request.xla_possible,
         memory=memory,

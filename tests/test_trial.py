@@ -92,8 +92,14 @@ def test_decision_skips_warmup_and_compiled_calls():
         return speed[candidate] * (1000 if first else 1)
 
     trial = Trial([A, B, C], A, window_calls=4, drop=False)
-    run_plan(trial, seconds)
+    trial.run_steps = 1000
+    records = run_plan(trial, seconds)
     winner, decision = trial.decide()
+    # Its cost: the trial's wall time beyond 36 steps of the winner; its
+    # saving: 2 ms a step against the default over the other 964 steps.
+    wall = sum(r.seconds for r in records)
+    assert decision.trial_cost_seconds == pytest.approx(wall - 36 * 0.002)
+    assert decision.saving_seconds == pytest.approx(0.002 * 964)
     assert winner == B
     rows = {row["name"]: row for row in decision["candidates"]}
     # 3 windows of 4 calls, the first call of each left out.

@@ -231,6 +231,17 @@ def decision_markdown(decision: Decision | None) -> str:
             f"back in {d.break_even_steps} steps. Trial: "
             f"{d.trial_steps} steps, {d.trial_seconds:.1f} s."
         )
+    if d.trial_cost_seconds is not None:
+        saving = (
+            f"; the winner saves {d.saving_seconds:.1f} s against the "
+            "default over the rest of the run"
+            if d.saving_seconds is not None
+            else ""
+        )
+        lines.append(
+            f"The trial cost {d.trial_cost_seconds:.1f} s beyond training "
+            f"on the winner (compilations, slower windows){saving}."
+        )
     lines += [
         "",
         "| candidate | timed steps | median step ms | compile s | dropped |",

@@ -172,6 +172,11 @@ class Decision(Section):
     trial_seconds: float | None = None
     speedup_vs_default: float | None = None
     break_even_steps: int | None = None
+    # What the trial cost beyond training on the winner all along
+    # (compilations, slower windows), and what the winner saves against
+    # Keras's default over the rest of the run.
+    trial_cost_seconds: float | None = None
+    saving_seconds: float | None = None
 
     @classmethod
     def from_dict(

@@ -90,6 +90,9 @@ class Trial:
         self._calls = 0
         self._wall = 0.0
         self.wall_by: dict[Candidate, float] = {c: 0.0 for c in candidates}
+        # The run's planned train steps, if known (for what the winner
+        # saves over the rest of it).
+        self.run_steps: int | None = None
         # Candidates given no more windows, with the trial steps run then.
         self.dropped: dict[Candidate, int] = {}
         self._drop = drop
@@ -203,6 +206,13 @@ class Trial:
         )
         decision.speedup_vs_default = speedup
         decision.break_even_steps = steps
+        trial_steps = self._calls * self.steps_per_call
+        best = medians[winner]
+        decision.trial_cost_seconds = round(self._wall - trial_steps * best, 3)
+        base = medians.get(self.default)
+        if base is not None and self.run_steps:
+            rest = max(self.run_steps - trial_steps, 0)
+            decision.saving_seconds = round((base - best) * rest, 3)
         ranked = sorted(measured, key=lambda c: medians[c])
         decision.reason = ", ".join(
             f"{c.name} {medians[c] * 1000:.2f} ms" for c in ranked
