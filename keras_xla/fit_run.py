@@ -266,8 +266,7 @@ class FitRun:
     # Epochs and validation runs.
 
     def _drain(self, when: str) -> None:
-        """Steps of the fit's functions that ran outside its own calls
-        are set aside, their compilations reported as outside the fit."""
+        """Steps run outside the fit's own calls: set aside, reported."""
         found = self.log.drain(when, self.counting)
         self.report.outside_compilations.extend(found)
 
@@ -288,10 +287,11 @@ class FitRun:
 
     def _end_train_calls(self) -> None:
         """Validation or the epoch's end: the train calls so far are
-        collected, and the trial ends with them."""
+        collected; the trial ends with them unless it spans epochs."""
         self.log.close(self.counting)
-        self.log.collect("train", self.counting)
-        if self.trial is not None:
+        records = self.log.collect("train", self.counting)
+        more = self.accountant.epoch + 1 < self.params.get("epochs", 1)
+        if self.trial is not None and self.trial.pause(records, more):
             self._finish_trial()
 
     def test_end(self) -> None:
@@ -306,6 +306,8 @@ class FitRun:
             return
         self._end_train_calls()
         records = self.log.take("train", self.counting)
+        if self.trial is not None:  # it goes on in the next epoch
+            self.trial.new_epoch()
         stats = self.accountant.finish_epoch(records)
         stats.jit_compile = bool(self.jit_on)
         # Each stage fails on its own, and the JSON is written first of

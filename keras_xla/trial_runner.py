@@ -164,12 +164,14 @@ def plan(
     trial = Trial(candidates, default, calls, spe, rounds)
     if steps:
         trial.run_steps = steps * (request.epochs or 1)
+    spans = bool(steps) and budget > steps
     runner = TrialRunner(
         trial,
         original,
         request.xla_possible,
         memory=memory,
     )
+    runner.spans = spans
     runner.switch(model, candidates[0])
     logging.getLogger("tensorflow").addFilter(RETRACE_FILTER)
     return runner
@@ -181,15 +183,16 @@ MAX_RUN_SHARE = 0.6
 
 def _budget(request: Request, n: int) -> int | None:
     """The trial's steps: `trial_budget`, raised to the fewest steps that
-    can decide when the first epoch holds them and they are at most
-    `MAX_RUN_SHARE` of the run; None when the epoch length is unknown."""
+    can decide when they are at most `MAX_RUN_SHARE` of the run (the
+    trial then spans epochs if the first is shorter); None when the epoch
+    length is unknown."""
     steps = request.epoch_steps
     budget = trial_lib.budget_steps(request.budget, steps)
     if budget is None or not steps:
         return budget
     need = trial_lib.minimum_steps(n, request.steps_per_call)
     run = steps * (request.epochs or 1)
-    if budget < need <= steps and need <= MAX_RUN_SHARE * run:
+    if budget < need <= MAX_RUN_SHARE * run:
         return need
     return budget
 
@@ -217,12 +220,27 @@ class TrialRunner:
         # Decisions of earlier runs: looked up with the first step's
         # signature, which the first call gives.
         self.memory = memory
+        # Whether the budget is longer than the first epoch.
+        self.spans = False
         self._signature = None
         self._recalled: dict | None = None
         # A baseline trial measures, and then keeps the user's setting.
         self.keep = keep
         self.active: Candidate | None = None
         self._states: dict[Candidate, ModelState] = {}
+
+    def pause(self, records: list, more_epochs: bool) -> bool:
+        """Validation or an epoch's end: True if the trial ends here; a
+        trial that spans epochs (`spans`) takes the records so far and
+        goes on while more epochs follow."""
+        if not (self.spans and more_epochs) or self.trial.done:
+            return True
+        self.trial.close_window(records)
+        return self.trial.done
+
+    def new_epoch(self) -> None:
+        """The epoch's records were handed over (a trial spanning it)."""
+        self.trial.new_epoch()
 
     def at_boundary(self) -> bool:
         """Whether the call about to start begins a window (or ends the

@@ -560,3 +560,23 @@ def test_a_remembered_decision_skips_the_trial_in_a_new_process(tmp_path):
     third = run_memory(tmp_path, 16)
     assert third["status"] == "decided"
     assert third["iterations"] == 40
+
+
+def test_trial_spans_epochs_when_the_first_is_short(monkeypatch):
+    # Epochs of 10 steps, 4 epochs: two candidates need 12 steps (2 rounds
+    # x 2 x 3 calls), more than one epoch holds: the trial goes on into
+    # the second epoch and decides there.
+    monkeypatch.setattr(trial_lib, "DROP_FACTOR", float("inf"))
+    model = conv_model(jit_compile=False)
+    x, y = regression_data(32 * 10)
+    tuner = fit_trial(model, x, y, 32, 4, jit_compile="auto")
+    report = tuner.report
+    decision = report.decision
+    assert decision["status"] == "decided"
+    assert decision["trial_steps"] == 12
+    rows = {c["name"]: c["measured_steps"] for c in decision["candidates"]}
+    assert all(n >= 2 for n in rows.values())
+    assert "trial-skipped" not in report.finding_codes()
+    assert [e.steps for e in report.epochs] == [10, 10, 10, 10]
+    assert int(model.optimizer.iterations.numpy()) == 40
+    assert model.jit_compile is (decision["winner"] == "xla/float32")

@@ -136,8 +136,8 @@ class Trial:
         the ones clearly slower than the best (`DROP_FACTOR`) get no more
         windows: the trial stops spending steps on a loser."""
         live = [c for c in self.candidates if c not in self.dropped]
-        if not self._drop or len(live) < 2:
-            return
+        if not self._drop or len(live) < 2 or not self.boundary():
+            return  # (mid-window: a paused trial's epoch end)
         if any(len(self._seconds[c]) < 2 for c in live):
             return
         best = min(statistics.median(self._seconds[c]) for c in live)
