@@ -22,6 +22,7 @@ from keras_xla.core import verdict as verdict_lib
 from keras_xla.core.accounting import Accountant
 from keras_xla.core.findings import FindingBook
 from keras_xla.core.trial import AUTO
+from keras_xla.fit_outputs import FitOutputs
 from keras_xla.settings import Settings
 from keras_xla.step_log import CLUSTERS, JIT, StepLog
 from keras_xla.tf_backend import autoclustering, compile_ledger
@@ -31,7 +32,6 @@ from keras_xla.tf_backend import precision as precision_lib
 from keras_xla.tf_backend import unsupported as unsupported_lib
 from keras_xla.tf_backend.profiler import ProfileRun, on_error
 from keras_xla.tf_backend.step_functions import StepFunctions
-from keras_xla.tf_backend.summaries import SummaryWriter, write_epoch
 
 
 class FitRun:
@@ -67,12 +67,8 @@ class FitRun:
         self.trial: trial_runner.TrialRunner | None = None
         self.profile = ProfileRun.of(settings, self.report, self.book)
         self._hlo_done = False
-        self._decided = False  # a decision to write at epoch end
-        self._steps_done = 0  # train steps of the epochs before
         self._cache_before: dict[str, float] = {}
-        self.writer = (
-            SummaryWriter(settings.log_dir) if settings.log_dir else None
-        )
+        self.outputs = FitOutputs(settings, self.report, self.book)
 
     def begin(self) -> None:
         s, model = self.settings, self.model
@@ -248,7 +244,7 @@ class FitRun:
             self.settings.jit_compile, self.jit_on, settlement.jit_reason()
         )
         self.report.environment["policy"] = model.dtype_policy.name
-        self._decided = True
+        self.outputs.decided = True
 
     # Per step: two clock reads; the probe is read once per run.
 
@@ -313,24 +309,8 @@ class FitRun:
         # Each stage fails on its own, and the JSON is written first of
         # the outputs: it is what must survive a crash.
         for stage in (self._label_cache, self._check, self._conclude):
-            self._safely(stage.__name__, stage, stats, records)
-        self._write_outputs(stats, records)
-        self._decided = False
-        self._steps_done += stats.steps
-
-    def _safely(self, what: str, fn, *args) -> None:
-        try:
-            fn(*args)
-        except Exception as error:  # noqa: BLE001 - never stop training
-            if self.settings.strict:
-                raise
-            self.book.add(
-                codes.OUTPUT_FAILED,
-                f"{what} failed: {type(error).__name__}: {error}",
-                f"Make log_dir={self.settings.log_dir!r} a writable "
-                "directory (its train/ too); the other outputs were written.",
-                (what,),
-            )
+            self.outputs.safely(stage.__name__, stage, stats, records)
+        self.outputs.write(stats, records)
 
     def _label_cache(self, stats, records) -> None:
         status = self.settings.cache_status
@@ -370,21 +350,6 @@ class FitRun:
             self.profile.count()
         self.report.verdict = verdict_lib.build(self.report)
 
-    # Outputs.
-
-    def _write_outputs(self, stats=None, records=()) -> None:
-        """The JSON first, then TensorBoard (the epoch's, or closing the
-        writer at train end), each on its own."""
-        log_dir = self.settings.log_dir
-        if not log_dir:
-            return
-        self._safely("the report JSON", self.report.write, log_dir)
-        if stats is None:
-            self._safely("TensorBoard summaries", self.writer.close)
-            return
-        args = (stats, self.report, self._decided, records, self._steps_done)
-        self._safely("TensorBoard summaries", write_epoch, self.writer, *args)
-
     def end(self) -> str | None:
         """Ends the fit; returns the summary text (None if inactive)."""
         if not self.active:
@@ -396,5 +361,5 @@ class FitRun:
         if self.functions is not None:
             self.functions.unwrap(self.model)
         self.report.verdict = verdict_lib.build(self.report)
-        self._write_outputs()
+        self.outputs.write()
         return render.summary(self.report)
