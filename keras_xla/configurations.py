@@ -13,9 +13,12 @@ from keras_xla.tf_backend import precision as precision_lib
 
 class ModelState:
     """A model's precision and XLA settings: layer policies, the model's
-    policy, its optimizer (loss scaling) and `jit_compile`."""
+    policy, its optimizer (loss scaling), `jit_compile`, and whether
+    auto-clustering is on (`set_jit`, process-wide)."""
 
     def __init__(self, model: Any) -> None:
+        import tensorflow as tf
+
         self.layers = [
             (layer, layer.dtype_policy)
             for layer in model._flatten_layers(include_self=False)
@@ -23,8 +26,11 @@ class ModelState:
         self.policy = model.dtype_policy
         self.optimizer = getattr(model, "optimizer", None)
         self.jit = model.jit_compile
+        self.set_jit = tf.config.optimizer.get_jit() == "autoclustering"
 
     def restore(self, model: Any) -> None:
+        import tensorflow as tf
+
         for layer, policy in self.layers:
             if layer.dtype_policy is not policy:
                 layer.dtype_policy = policy
@@ -32,15 +38,24 @@ class ModelState:
         if self.optimizer is not None and model.optimizer is not self.optimizer:
             model.optimizer = self.optimizer
         model.jit_compile = self.jit
+        if self.set_jit != (tf.config.optimizer.get_jit() == "autoclustering"):
+            tf.config.optimizer.set_jit(self.set_jit)
 
 
 def plan_candidates(
-    jit: Any, precision: Any, xla_possible: bool, model: Any
+    jit: Any,
+    precision: Any,
+    xla_possible: bool,
+    model: Any,
+    clustering: bool = False,
 ) -> tuple[list[Candidate], Candidate]:
     """The candidates for the requested `jit` and `precision` ("auto", or
     a fixed value applied to all), and Keras's default configuration
     (`jit_compile="auto"` as Keras resolves it, float32). `xla_possible`
-    is `configure_jit`'s verdict for the request (`True` for "auto")."""
+    is `configure_jit`'s verdict for the request (`True` for "auto").
+    With `clustering` (the user turned auto-clustering on with `set_jit`
+    and it acts here) and `jit="auto"`, auto-clustering is a candidate
+    too, between no XLA and `jit_compile`, and no XLA turns it off."""
     if jit == AUTO:
         jits = [False, True] if xla_possible else [False]
     else:  # configure_jit applied the request where it can work
@@ -53,7 +68,12 @@ def plan_candidates(
         policies = [
             precision_lib.float_policy(precision).name if precision else current
         ]
-    candidates = [Candidate(j, p) for j in jits for p in policies]
+    if clustering and jit == AUTO:
+        modes = [(False, False), (False, True)]
+        modes += [(True, None)] if xla_possible else []
+        candidates = [Candidate(j, p, c) for j, c in modes for p in policies]
+    else:
+        candidates = [Candidate(j, p) for j in jits for p in policies]
     return candidates, Candidate(jit_lib.keras_auto_jit(model), "float32")
 
 
@@ -63,3 +83,9 @@ def configure(model: Any, original: ModelState, candidate: Candidate):
     if candidate.policy != model.dtype_policy.name:
         precision_lib.apply_policy(model, candidate.policy)
     model.jit_compile = candidate.jit
+    if candidate.clustering is not None:
+        import tensorflow as tf
+
+        # Measured (TF 2.21): set_jit takes effect on a built function at
+        # its next call; switching back reuses the compiled clusters.
+        tf.config.optimizer.set_jit(candidate.clustering)

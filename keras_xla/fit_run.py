@@ -127,7 +127,9 @@ class FitRun:
             self.jit_on, jit.reason
         )
         self.report.clustering = section
-        self._clustering = section.mode == CLUSTERS
+        # Its clusters are counted whenever it acts and XLA is off (after
+        # a trial too, whichever candidate won).
+        self._clustering = section.active
         if finding is not None:
             self.book.add(*finding)
 
@@ -196,7 +198,11 @@ class FitRun:
         """The XLA/precision trial, or with `original=None` the no-XLA
         baseline window (the same mechanism; XLA stays on after it)."""
         request = self.settings.trial_request(
-            self.jit_on, self.params, spe, self.functions is not None
+            self.jit_on,
+            self.params,
+            spe,
+            self.functions is not None,
+            self.report.clustering,
         )
         if original is None:
             outcome = baseline_window.plan_baseline(
@@ -243,6 +249,7 @@ class FitRun:
         self.report.jit = report_lib.JitInfo(
             self.settings.jit_compile, self.jit_on, settlement.jit_reason()
         )
+        self._settle_clustering()  # the winner's mode (set_jit may change)
         self.report.environment["policy"] = model.dtype_policy.name
         self.outputs.decided = True
 

@@ -56,9 +56,15 @@ class Settings:
         return out + cache_lib.setup_findings(self.cache_status)
 
     def trial_request(
-        self, xla_possible: bool, params: dict, spe: int, probed: bool
+        self,
+        xla_possible: bool,
+        params: dict,
+        spe: int,
+        probed: bool,
+        clustering: Any = None,
     ) -> trial_runner.Request:
-        """What the trial is asked for, and what this fit allows."""
+        """What the trial is asked for, and what this fit allows
+        (`clustering`: the report's auto-clustering section)."""
         return trial_runner.Request(
             jit=self.jit_compile,
             precision=self.mixed_precision,
@@ -73,6 +79,13 @@ class Settings:
                 decision_memory.directory(self.cache_status)
                 if self.trial_memory
                 else None
+            ),
+            # Auto-clustering is a candidate where the user turned it on
+            # with set_jit (a flag cannot be switched) and it acts.
+            clustering=bool(
+                clustering is not None
+                and clustering.active
+                and "set_jit" in clustering.source
             ),
         )
 

@@ -43,7 +43,7 @@ class Settlement:
     def jit_reason(self) -> str:
         """The jit reason after a trial's decision (not a baseline's)."""
         d = self.decision
-        if d.status in ("decided", "reused"):
+        if d.status in ("decided", "reused", "remembered"):
             return f"the trial chose {d.winner} ({d.reason})"
         return d.reason
 
@@ -77,6 +77,8 @@ class Request:
         epochs: The fit's epochs, if known.
         memory_dir: Where decisions are remembered across runs (None:
             not remembered).
+        clustering: Whether auto-clustering is a candidate (the user
+            turned it on with `set_jit`, and it acts here).
     """
 
     jit: Any
@@ -89,6 +91,7 @@ class Request:
     baseline: bool = True
     epochs: int | None = None
     memory_dir: str | None = None
+    clustering: bool = False
 
 
 def plan(
@@ -108,7 +111,11 @@ def plan(
             trial with the same tuner, if any.
     """
     candidates, default = plan_candidates(
-        request.jit, request.precision, request.xla_possible, model
+        request.jit,
+        request.precision,
+        request.xla_possible,
+        model,
+        request.clustering,
     )
     rows = [trial_lib.candidate_row(c) for c in candidates]
     if previous is not None and previous[0] is model:

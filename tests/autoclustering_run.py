@@ -1,6 +1,6 @@
 """Child process for the auto-clustering tests: TF_XLA_FLAGS must be set
 before TensorFlow starts. Prints the tuner's and the profiler's counts as
-JSON. Run: python tests/autoclustering_run.py LOG_DIR"""
+JSON. Run: python tests/autoclustering_run.py LOG_DIR [auto]"""
 
 import json
 import os
@@ -19,6 +19,8 @@ from keras_xla.tf_backend.profiler import read_compile_events  # noqa: E402
 def main():
     log_dir = sys.argv[1]
     tf.config.optimizer.set_jit(True)
+    if sys.argv[2:] == ["auto"]:
+        return trial(log_dir)
     x, y = regression_data(20)  # batches of 8, 8, 4
     model = conv_model(jit_compile=False)
     tuner = keras_xla.XLATuner(jit_compile=None, verbose=0, analyze_hlo=False)
@@ -50,6 +52,39 @@ def main():
                 "codes": report.finding_codes(),
                 "jit": report.jit.reason,
                 "summary": report.summary(),
+            }
+        )
+    )
+
+
+def trial(log_dir):
+    """jit_compile="auto" with set_jit(True): auto-clustering is one of the
+    trial's candidates."""
+    x, y = regression_data(8 * 40)
+    model = conv_model(jit_compile=False)
+    tuner = keras_xla.XLATuner(
+        jit_compile="auto", verbose=0, analyze_hlo=False, trial_memory=False
+    )
+    tf.profiler.experimental.start(log_dir)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[tuner])
+    tf.profiler.experimental.stop()
+    report = tuner.report
+    d = report.decision
+    print(
+        json.dumps(
+            {
+                "status": d.status,
+                "winner": d.winner,
+                "candidates": [c.name for c in d.candidates],
+                "timed": [c.measured_steps for c in d.candidates],
+                "profiler": len(read_compile_events(log_dir)),
+                "tuner": report.total_compilations,
+                "mode": report.clustering.mode,
+                "set_jit": tf.config.optimizer.get_jit(),
+                "iterations": int(model.optimizer.iterations.numpy()),
+                "jit": bool(model.jit_compile),
             }
         )
     )

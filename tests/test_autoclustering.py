@@ -78,14 +78,14 @@ def test_clusters_line_names_clusters_and_the_share():
     assert ClusteringSection.from_dict(section.to_dict()) == section
 
 
-def run_child(tmp_path, flags):
+def run_child(tmp_path, flags, *extra):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     env.pop("TF_XLA_FLAGS", None)
     if flags:
         env["TF_XLA_FLAGS"] = flags
     result = subprocess.run(
         [sys.executable, os.path.join(HERE, "autoclustering_run.py")]
-        + [str(tmp_path / "profile")],
+        + [str(tmp_path / "profile"), *extra],
         capture_output=True,
         text=True,
         env=env,
@@ -125,3 +125,25 @@ def test_set_jit_alone_on_a_cpu_is_said_to_do_nothing(tmp_path):
     assert out["profiler"] == out["tuner"] == 0
     assert out["clustering"]["mode"] == "off"
     assert "auto-clustering-inactive" in out["codes"]
+
+
+def test_auto_clustering_is_a_trial_candidate(tmp_path):
+    # set_jit(True) with jit_compile="auto": no XLA, auto-clustering and
+    # jit_compile are measured on the live run; every step is real and
+    # the compile count equals the profiler's.
+    out = run_child(tmp_path, "--tf_xla_cpu_global_jit", "auto")
+    assert out["candidates"] == [
+        "no_xla/float32",
+        "autoclustering/float32",
+        "xla/float32",
+    ]
+    assert out["status"] == "decided" and out["winner"] in out["candidates"]
+    assert all(n >= 2 for n in out["timed"])
+    assert out["tuner"] == out["profiler"] > 0
+    assert out["iterations"] == 40
+    mode = {"xla/float32": "jit_compile", "no_xla/float32": "off"}
+    assert out["mode"] == mode.get(out["winner"], "auto-clustering")
+    assert out["jit"] is (out["winner"] == "xla/float32")
+    # The user's set_jit(True) stays unless "no XLA" won.
+    expected = "" if out["winner"] == "no_xla/float32" else "autoclustering"
+    assert out["set_jit"] == expected

@@ -38,13 +38,17 @@ DROP_FACTOR = 1.3
 
 @dataclasses.dataclass(frozen=True)
 class Candidate:
-    """One configuration: XLA on or off, and a dtype policy name."""
+    """One configuration: XLA on or off, a dtype policy name, and whether
+    auto-clustering (`set_jit`) is on (None: left as the user set it)."""
 
     jit: bool
     policy: str
+    clustering: bool | None = None
 
     @property
     def name(self) -> str:
+        if self.clustering and not self.jit:
+            return f"autoclustering/{self.policy}"
         return f"{'xla' if self.jit else 'no_xla'}/{self.policy}"
 
 

@@ -30,9 +30,11 @@ def baseline_medians(report: XLAReport) -> tuple[float | None, float | None]:
     decision = report.decision
     if decision is None or not decision.winner:
         return None, None
-    policy = decision.winner.split("/", 1)[1]
+    mode, policy = decision.winner.split("/", 1)
     rows = {c.name: c.median_step_ms for c in decision.candidates}
-    return rows.get(f"no_xla/{policy}"), rows.get(f"xla/{policy}")
+    # XLA as the winner used it: auto-clustering's clusters, or the step.
+    xla = "autoclustering" if mode == "autoclustering" else "xla"
+    return rows.get(f"no_xla/{policy}"), rows.get(f"{xla}/{policy}")
 
 
 def build(report: XLAReport) -> Verdict:
