@@ -21,6 +21,7 @@ import tensorflow as tf  # noqa: E402
 from keras_xla.core.report import XLAReport  # noqa: E402
 from keras_xla.tf_backend.profiler import read_compile_events  # noqa: E402
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BATCH, SAMPLES, EPOCHS = 16, 40, 2  # 3 steps an epoch (16, 16, 8)
 
 
@@ -120,27 +121,12 @@ def run(fault, work):
 
 
 def folded_case():
-    names = [f"in{i:02d}" for i in range(16)]
-    inputs = [keras.Input((None,), name=n) for n in names]
-    summed = [keras.ops.sum(t, axis=1, keepdims=True) for t in inputs]
-    joined = keras.ops.concatenate(summed, axis=-1)
-    model = keras.Model(inputs, keras.layers.Dense(1)(joined))
-    model.compile("sgd", "mse", jit_compile=True)
+    """The tests' 16-input model: more dynamic dimensions than the probe
+    holds one by one."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from conftest import many_dynamic_inputs
 
-    def batches():
-        for last in (3, 5, 3):
-            x = {n: np.ones((4, 3), "float32") for n in names}
-            x[names[-1]] = np.ones((4, last), "float32")
-            yield x, np.zeros((4, 1), "float32")
-
-    spec = tf.TensorSpec((None, None), tf.float32)
-    ds = tf.data.Dataset.from_generator(
-        batches,
-        output_signature=(
-            {n: spec for n in names},
-            tf.TensorSpec((None, 1), tf.float32),
-        ),
-    )
+    model, ds = many_dynamic_inputs()
     return model, ds, 3
 
 

@@ -64,6 +64,37 @@ def regression_data(n, seed=0):
     return x, y
 
 
+def many_dynamic_inputs(lengths=(3, 5, 3)):
+    """A model of 16 inputs of shape [None, None] (33 dynamic dimensions
+    with y's batch: more than the probe's 30) compiled with XLA, and a
+    dataset whose last input's length takes `lengths` in turn."""
+    import keras
+    import tensorflow as tf
+
+    names = [f"in{i:02d}" for i in range(16)]
+    inputs = [keras.Input((None,), name=n) for n in names]
+    summed = [keras.ops.sum(t, axis=1, keepdims=True) for t in inputs]
+    joined = keras.ops.concatenate(summed, axis=-1)
+    model = keras.Model(inputs, keras.layers.Dense(1)(joined))
+    model.compile("sgd", "mse", jit_compile=True)
+
+    def batches():
+        for last in lengths:
+            x = {n: np.ones((4, 3), "float32") for n in names}
+            x[names[-1]] = np.ones((4, last), "float32")
+            yield x, np.zeros((4, 1), "float32")
+
+    spec = tf.TensorSpec((None, None), tf.float32)
+    data = tf.data.Dataset.from_generator(
+        batches,
+        output_signature=(
+            {n: spec for n in names},
+            tf.TensorSpec((None, 1), tf.float32),
+        ),
+    )
+    return model, data
+
+
 def pytest_configure(config):
     # What keras_xla keeps per machine (the measured peak FLOP/s) goes to
     # a folder of this test session, not the user's cache.

@@ -65,31 +65,11 @@ def test_many_dynamic_dimensions_are_counted_exactly(profiled):
     # a new signature, and the report says what it folded.
     import warnings
 
-    import keras
+    from conftest import many_dynamic_inputs
 
     from keras_xla import XLATuner
 
-    names = [f"in{i:02d}" for i in range(16)]
-    inputs = [keras.Input((None,), name=n) for n in names]
-    summed = [keras.ops.sum(t, axis=1, keepdims=True) for t in inputs]
-    joined = keras.ops.concatenate(summed, axis=-1)
-    model = keras.Model(inputs, keras.layers.Dense(1)(joined))
-    model.compile("sgd", "mse", jit_compile=True)
-
-    def batches():
-        for last_len in (3, 5, 3):
-            x = {n: np.ones((4, 3), "float32") for n in names}
-            x[names[-1]] = np.ones((4, last_len), "float32")
-            yield x, np.zeros((4, 1), "float32")
-
-    spec = tf.TensorSpec((None, None), tf.float32)
-    data = tf.data.Dataset.from_generator(
-        batches,
-        output_signature=(
-            {n: spec for n in names},
-            tf.TensorSpec((None, 1), tf.float32),
-        ),
-    )
+    model, data = many_dynamic_inputs()
     tuner = XLATuner(verbose=0, analyze_hlo=False, baseline=False)
     with profiled() as events, warnings.catch_warnings():
         warnings.simplefilter("ignore")
