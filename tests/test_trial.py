@@ -143,17 +143,35 @@ def test_clearly_slower_candidates_get_no_more_windows():
     trial = Trial([A, B, C], A, window_calls=3)
     planned = len(trial.plan)
     run_plan(trial, lambda c, first: speed[c])
-    # After the first round (3 windows of 3 calls) B is dropped: its
-    # fastest step (3 ms) is over 1.3x the best median (1 ms).
-    assert trial.dropped == {B: 9}
+    # After its first window (the second of 3 calls) B is dropped: its
+    # fastest step (3 ms) is over 1.3x the best median so far (1 ms).
+    assert trial.dropped == {B: 6}
     assert len(trial.plan) == planned - 2 * 3  # B's two later windows
     winner, decision = trial.decide()
     assert winner == A
     rows = {r.name: r for r in decision.candidates}
-    assert rows[B.name].dropped_after_steps == 9
+    assert rows[B.name].dropped_after_steps == 6
     assert rows[B.name].measured_steps == 2
     assert rows[C.name].measured_steps == 6
     assert decision.trial_steps == planned - 6
+
+
+def test_an_unmeasured_candidate_predicted_slower_is_never_compiled():
+    # The XLA x precision grid: no XLA 5.5 ms (float32) and 4.1 ms
+    # (bfloat16), XLA float32 7.3 ms. XLA bfloat16 is predicted at
+    # 7.3 x 4.1 / 5.5 = 5.44 ms, over 1.3 x 4.1: it never runs.
+    A32, A16 = Candidate(False, "float32"), Candidate(False, "mixed_bfloat16")
+    X32, X16 = Candidate(True, "float32"), Candidate(True, "mixed_bfloat16")
+    speed = {A32: 0.0055, A16: 0.0041, X32: 0.0073, X16: 0.0059}
+    trial = Trial([A32, A16, X32, X16], A32, window_calls=3, drop=True)
+    records = run_plan(trial, lambda c, first: speed[c])
+    assert not any(r._candidate == X16 for r in records)
+    assert X16 in trial.dropped and X32 in trial.dropped
+    winner, decision = trial.decide()
+    assert winner == A16 and decision.status == "decided"
+    rows = {r.name: r for r in decision.candidates}
+    assert rows[X16.name].measured_steps == 0
+    assert rows[X16.name].dropped_after_steps is not None
 
 
 def test_a_trial_of_two_ends_when_one_is_dropped_and_a_baseline_does_not():

@@ -136,16 +136,30 @@ class Trial:
         self._drop_slower()
 
     def _drop_slower(self) -> None:
-        """Once every candidate still in the trial has two timed steps,
-        the ones clearly slower than the best (`DROP_FACTOR`) get no more
-        windows: the trial stops spending steps on a loser."""
+        """At a window boundary, candidates clearly slower than the best
+        measured one (`DROP_FACTOR`) get no more windows: a measured one
+        whose fastest timed step is slower, and an unmeasured one whose
+        median the XLA x precision grid predicts slower (so it is never
+        compiled). The trial stops spending steps on a loser."""
         live = [c for c in self.candidates if c not in self.dropped]
         if not self._drop or len(live) < 2 or not self.boundary():
             return  # (mid-window: a paused trial's epoch end)
-        if any(len(self._seconds[c]) < 2 for c in live):
+        medians = {
+            c: statistics.median(t)
+            for c, t in self._seconds.items()
+            if len(t) >= 2
+        }
+        measured = [c for c in live if c in medians]
+        if len(measured) < 2:
             return
-        best = min(statistics.median(self._seconds[c]) for c in live)
-        slow = [c for c in live if min(self._seconds[c]) > DROP_FACTOR * best]
+        best = min(medians[c] for c in measured)
+        slow = [
+            c for c in measured if min(self._seconds[c]) > DROP_FACTOR * best
+        ]
+        for c in live:
+            guess = None if c in medians else self._predicted(c, medians)
+            if guess is not None and guess > DROP_FACTOR * best:
+                slow.append(c)
         if not slow:
             return
         for c in slow:
@@ -156,6 +170,25 @@ class Trial:
         if len(live) - len(slow) < 2:
             rest = []
         self.plan = self.plan[: self.position] + rest
+
+    def _predicted(self, c: Candidate, medians: dict) -> float | None:
+        """An unmeasured candidate's median from the other three corners
+        of the XLA x precision grid (each factor acting alone: its XLA
+        setting at the other policy, times the other setting at its
+        policy, over the other setting at the other policy)."""
+        policies = {x.policy for x in self.candidates}
+        if c.clustering is not None or len(policies) != 2:
+            return None
+        (other,) = policies - {c.policy}
+        corners = (
+            Candidate(c.jit, other),
+            Candidate(not c.jit, c.policy),
+            Candidate(not c.jit, other),
+        )
+        if not all(k in medians for k in corners):
+            return None
+        a, b, base = (medians[k] for k in corners)
+        return a * b / base
 
     def new_epoch(self) -> None:
         """The epoch's records were handed over: count from zero."""
@@ -189,6 +222,12 @@ class Trial:
             row.dropped_after_steps = self.dropped.get(c)
             rows.append(row)
         measured = [c for c in self.candidates if medians[c] is not None]
+        # A candidate dropped on a prediction has no timing, and needs none.
+        unmeasured = [
+            c
+            for c in self.candidates
+            if medians[c] is None and c not in self.dropped
+        ]
         decision = Decision(
             status="skipped",
             winner=None,
@@ -198,8 +237,10 @@ class Trial:
             trial_steps=self._calls * self.steps_per_call,
             trial_seconds=round(self._wall, 3),
         )
-        if len(measured) < len(self.candidates):
-            missing = [c.name for c in self.candidates if c not in measured]
+        if unmeasured or len(measured) < 2:
+            missing = [c.name for c in unmeasured] or [
+                c.name for c in self.candidates if c not in measured
+            ]
             decision.reason = "too few timed steps of " + ", ".join(missing)
             return None, decision
         winner = min(measured, key=lambda c: medians[c])
