@@ -17,6 +17,10 @@ goals of the "auto" issue:
 - auto's decisions, with the trial's steps, seconds and dropped
   candidates.
 
+The best fixed candidate runs once more at the end, as a control: runs
+done one after the other drift on a shared machine, and the control's
+ratio to its first run says by how much.
+
 Run: python benchmarks/auto_resnet.py [--steps 300]
 """
 
@@ -68,6 +72,10 @@ def main():
     first = precision_trial.run("auto (first run)", "auto", "auto", args, ds)
     second = precision_trial.run("auto (second run)", "auto", "auto", args, ds)
     best = max(fixed, key=lambda r: r["steady"])
+    spec = next(f for f in precision_trial.FIXED if f[0] == best["name"])
+    control = precision_trial.run(
+        f"{best['name']} (again)", *spec[1:], args, ds
+    )
     short = min(120, args.steps)
     table = [
         (
@@ -81,7 +89,7 @@ def main():
             f"speed to {args.steps} vs best",
         )
     ]
-    for r in [*fixed, first, second]:
+    for r in [*fixed, first, second, control]:
         table.append(
             (
                 r["name"],
@@ -96,6 +104,12 @@ def main():
         )
     print("\n".join(format_table(table)))
     print(f"best fixed candidate (steady state): {best['name']}")
+    print(
+        f"control (the best fixed candidate run again, last): steady "
+        f"{control['steady'] / best['steady']:.2f}, to {args.steps} steps "
+        f"{time_to(best, args.steps) / time_to(control, args.steps):.2f} "
+        "of its first run (the drift between runs)"
+    )
     goals = [
         ("auto steady vs best fixed", first["steady"] / best["steady"], 0.95),
         (
