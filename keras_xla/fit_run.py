@@ -25,7 +25,7 @@ from keras_xla.core.trial import AUTO
 from keras_xla.fit_outputs import FitOutputs
 from keras_xla.settings import Settings
 from keras_xla.step_log import CLUSTERS, JIT, StepLog
-from keras_xla.tf_backend import autoclustering, compile_ledger
+from keras_xla.tf_backend import autoclustering, cache_savings, compile_ledger
 from keras_xla.tf_backend import compile_cache as cache_lib
 from keras_xla.tf_backend import jit as jit_lib
 from keras_xla.tf_backend import precision as precision_lib
@@ -322,7 +322,7 @@ class FitRun:
     def _label_cache(self, stats, records) -> None:
         status = self.settings.cache_status
         if status is not None and status.active:
-            cache_lib.label_stats(
+            cache_savings.label_stats(
                 self.report, stats, self._cache_before, status
             )
 

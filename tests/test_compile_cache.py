@@ -146,7 +146,9 @@ def test_label_cache_use_matches_entries_to_steps(tmp_path):
         Compilation("train", 0, 0, {}, 1.0, True, 100.0, 0, 106.0),
         Compilation("train", 0, 9, {}, 0.1, False, 200.0, 0, 200.2),
     ]
-    cache_lib.label_cache_use(log, {}, str(tmp_path))
+    from keras_xla.tf_backend.cache_savings import label_cache_use
+
+    label_cache_use(log, {}, str(tmp_path))
     assert [c.cache for c in log] == ["miss", "hit"]
 
 

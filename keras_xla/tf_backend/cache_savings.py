@@ -1,0 +1,148 @@
+"""Which compilations the persistent cache served, and what that saved.
+
+A miss writes a new entry while its step runs; a hit reads one and writes
+nothing. Each miss's compile seconds are kept per signature beside the
+cache, so a restarted run can compare its hits with the compilations they
+replaced.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+
+from keras_xla.core.report import CompileCacheSection
+from keras_xla.tf_backend import cache_entries as entries_lib
+from keras_xla.tf_backend.compile_cache import cache_entries
+
+
+def label_cache_use(compilations, before: dict[str, float], directory: str):
+    """Marks each compilation as a cache `"hit"` or `"miss"`.
+
+    A miss writes a new entry while its step runs; a hit reads one and
+    writes nothing. `compilations` are report `Compilation`s with
+    `started_at` and `finished_at` (Unix times); `before` is
+    `cache_entries()` from before they ran. Entries are matched to the
+    compilation whose step window holds their modification time.
+    """
+    new_times = sorted(
+        mtime
+        for name, mtime in cache_entries(directory).items()
+        if name not in before or mtime > before[name]
+    )
+    for c in compilations:
+        window = (c.started_at - 0.05, c.finished_at + 0.5)
+        hit = next((t for t in new_times if window[0] <= t <= window[1]), None)
+        if hit is None:
+            c.cache = "hit"
+        else:
+            c.cache = "miss"
+            new_times.remove(hit)
+    return compilations
+
+
+TIMES_FILE = "keras_xla_compile_times.json"
+
+
+def record_compile_times(directory: str, compile_log) -> dict:
+    """Remembers each signature's compile time on a miss, and says what
+    the hits saved.
+
+    Misses' compile seconds are kept per signature (function and input
+    shapes) in `<directory>/keras_xla_compile_times.json`, beside the
+    cache's entries, so a restarted run can compare its hits with the
+    compilation they replaced.
+
+    Returns:
+        `seconds_saved` (sum over hits of the signature's miss time minus
+        the hit's time), `miss_median_seconds` and `hit_median_seconds`.
+    """
+    path = os.path.join(directory, TIMES_FILE)
+    known = _read_times(path)
+    fresh = {
+        _signature_key(c): c.compile_seconds
+        for c in compile_log
+        if c.cache == "miss"
+    }
+    if fresh:
+        known = {**_read_times(path), **fresh}  # re-read: workers share it
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(known, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    hits = [c for c in compile_log if c.cache == "hit"]
+    saved = sum(
+        max(known[_signature_key(c)] - c.compile_seconds, 0.0)
+        for c in hits
+        if _signature_key(c) in known
+    )
+    miss_times = [
+        known[k] for k in {_signature_key(c) for c in hits} if k in known
+    ] or list(fresh.values())
+    return {
+        "seconds_saved": round(saved, 3),
+        "miss_median_seconds": _median(miss_times),
+        "hit_median_seconds": _median([c.compile_seconds for c in hits]),
+    }
+
+
+def _signature_key(compilation) -> str:
+    return json.dumps(
+        [compilation.function, compilation.shapes], sort_keys=True
+    )
+
+
+def _read_times(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _median(values) -> float | None:
+    return round(statistics.median(values), 4) if values else None
+
+
+def label_stats(report, stats, before: dict[str, float], status):
+    """`label_epoch` for the epoch of `stats` (an `EpochStats`), whose
+    hit and miss counts it sets; a mirrored cache's new entries are then
+    saved to its directory."""
+    stats.compile_cache_hits, stats.compile_cache_misses = label_epoch(
+        report.compile_cache,
+        stats.epoch,
+        report.compile_log,
+        before,
+        status.live_directory,
+        status.directory if status.persist else None,
+    )
+    if status.live and status.persist:
+        entries_lib.copy_entries(status.live, status.directory)
+
+
+def label_epoch(
+    section: CompileCacheSection,
+    epoch: int,
+    compile_log: list,
+    before: dict[str, float],
+    directory: str,
+    times_directory: str | None = "",
+) -> tuple[int, int]:
+    """Labels the compilations of `epoch` in `compile_log` (the fit's)
+    hit or miss from the entries of `directory` (where TensorFlow writes),
+    adds them to `section` with what the hits saved (compile times kept in
+    `times_directory`, `directory` if '', none if None); returns the
+    epoch's `(hits, misses)`."""
+    compiled = [c for c in compile_log if c.epoch == epoch]
+    label_cache_use(compiled, before, directory)
+    hits = sum(c.cache == "hit" for c in compiled)
+    misses = sum(c.cache == "miss" for c in compiled)
+    section.hits += hits
+    section.misses += misses
+    if times_directory is not None:
+        times = record_compile_times(times_directory or directory, compile_log)
+        for key, value in times.items():
+            setattr(section, key, value)
+    return hits, misses
