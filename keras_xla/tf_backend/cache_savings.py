@@ -14,6 +14,7 @@ import statistics
 
 from keras_xla.core.report import CompileCacheSection
 from keras_xla.tf_backend import cache_entries as entries_lib
+from keras_xla.tf_backend import json_files
 from keras_xla.tf_backend.compile_cache import cache_entries
 
 
@@ -59,18 +60,16 @@ def record_compile_times(directory: str, compile_log) -> dict:
         the hit's time), `miss_median_seconds` and `hit_median_seconds`.
     """
     path = os.path.join(directory, TIMES_FILE)
-    known = _read_times(path)
+    known = json_files.read_object(path)
     fresh = {
         _signature_key(c): c.compile_seconds
         for c in compile_log
         if c.cache == "miss"
     }
     if fresh:
-        known = {**_read_times(path), **fresh}  # re-read: workers share it
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(known, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
+        # Re-read: the workers of a run share the file.
+        known = {**json_files.read_object(path), **fresh}
+        json_files.write(path, known)
     hits = [c for c in compile_log if c.cache == "hit"]
     saved = sum(
         max(known[_signature_key(c)] - c.compile_seconds, 0.0)
@@ -91,15 +90,6 @@ def _signature_key(compilation) -> str:
     return json.dumps(
         [compilation.function, compilation.shapes], sort_keys=True
     )
-
-
-def _read_times(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
 
 
 def _median(values) -> float | None:
@@ -128,12 +118,12 @@ def label_epoch(
     compile_log: list,
     before: dict[str, float],
     directory: str,
-    times_directory: str | None = "",
+    times_directory: str | None,
 ) -> tuple[int, int]:
     """Labels the compilations of `epoch` in `compile_log` (the fit's)
     hit or miss from the entries of `directory` (where TensorFlow writes),
     adds them to `section` with what the hits saved (compile times kept in
-    `times_directory`, `directory` if '', none if None); returns the
+    `times_directory`; none kept if None); returns the
     epoch's `(hits, misses)`."""
     compiled = [c for c in compile_log if c.epoch == epoch]
     label_cache_use(compiled, before, directory)
@@ -142,7 +132,7 @@ def label_epoch(
     section.hits += hits
     section.misses += misses
     if times_directory is not None:
-        times = record_compile_times(times_directory or directory, compile_log)
+        times = record_compile_times(times_directory, compile_log)
         for key, value in times.items():
             setattr(section, key, value)
     return hits, misses

@@ -22,7 +22,7 @@ import platform
 import time
 from typing import Any
 
-from keras_xla.tf_backend import hardware
+from keras_xla.tf_backend import hardware, json_files
 
 FILE = "trial_decisions.json"
 logger = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ class DecisionMemory:
         candidate to start with, so a recalled run need not switch."""
         entries = [
             e
-            for e in _read(self.path).values()
+            for e in json_files.read_object(self.path).values()
             if isinstance(e, dict) and e.get("base") == self.base
         ]
         latest = max(entries, key=lambda e: e.get("saved_at", ""), default={})
@@ -78,13 +78,13 @@ class DecisionMemory:
 
     def recall(self, signature: Any) -> dict | None:
         """The remembered entry (`winner`, `reason`, `saved_at`), or None."""
-        entry = _read(self.path).get(self.key(signature))
+        entry = json_files.read_object(self.path).get(self.key(signature))
         return (
             entry if isinstance(entry, dict) and entry.get("winner") else None
         )
 
     def remember(self, signature: Any, winner: str, reason: str) -> None:
-        data = _read(self.path)
+        data = json_files.read_object(self.path)
         data[self.key(signature)] = {
             "base": self.base,
             "winner": winner,
@@ -92,11 +92,7 @@ class DecisionMemory:
             "saved_at": time.strftime("%Y-%m-%d %H:%M:%S"),
         }
         try:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            tmp = f"{self.path}.{os.getpid()}.tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(data, f, indent=1, sort_keys=True)
-            os.replace(tmp, self.path)
+            json_files.write(self.path, data)
         except OSError as error:
             logger.warning("keras_xla: cannot keep the decision: %s", error)
 
@@ -120,12 +116,3 @@ def _hardware() -> list:
         tf.__version__,
         keras.__version__,
     ]
-
-
-def _read(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}

@@ -125,25 +125,23 @@ def _path() -> str:
 
 
 def _load(key: str | None) -> dict[str, FlagTable] | None:
+    from keras_xla.tf_backend import json_files
+
     try:
-        with open(_path(), encoding="utf-8") as f:
-            data = json.load(f)
-        entry = data[key]
+        entry = json_files.read_object(_path())[key]
         return {v: FlagTable(entry[v]["types"], True) for v in VARIABLES}
-    except (OSError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError):
         return None
 
 
 def _store(key: str | None, found: dict[str, FlagTable]) -> None:
     if key is None:
         return
+    from keras_xla.tf_backend import json_files
+
     path = _path()
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
         data = {key: {v: {"types": t.types} for v, t in found.items()}}
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f)
-        os.replace(tmp, path)
+        json_files.write(path, data)
     except OSError:
         logger.warning("Cannot keep the XLA flag tables in %s.", path)

@@ -8,14 +8,13 @@ step's dtype) a utilization figure.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import platform
 import time
 from typing import Any
 
-from keras_xla.tf_backend import hardware
+from keras_xla.tf_backend import hardware, json_files
 from keras_xla.tf_backend.hardware import cache_directory
 from keras_xla.tf_backend.hlo import HloStats
 
@@ -103,22 +102,11 @@ def measured_peak_flops(dtype: str = "float32") -> float:
     if key not in peaks:
         peaks[key] = measure_peak_flops(dtype)
         try:
-            path = os.path.join(cache_directory(), PEAKS_FILE)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(peaks, f, indent=1, sort_keys=True)
-            os.replace(tmp, path)
+            json_files.write(os.path.join(cache_directory(), PEAKS_FILE), peaks)
         except OSError:
             pass  # kept for this process only
     return peaks[key]
 
 
 def _read_peaks() -> dict:
-    path = os.path.join(cache_directory(), PEAKS_FILE)
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return json_files.read_object(os.path.join(cache_directory(), PEAKS_FILE))

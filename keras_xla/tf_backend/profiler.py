@@ -163,11 +163,6 @@ class ProfileWindow:
         self.started_at = started
         return None
 
-    def abort(self) -> None:
-        """Stops a running profiler when the fit is interrupted (the trace
-        is kept; the report has no section)."""
-        self.end()
-
     def end(self) -> str | None:
         """Stops the profiler; returns an error message instead of raising."""
         import tensorflow as tf
@@ -317,7 +312,7 @@ class ProfileRun:
 
     def abort(self) -> None:
         """The fit raised: the profiler stops (the trace is kept)."""
-        self.window.abort()
+        self.window.end()
 
     def _apply(self, section, error: str) -> None:
         from keras_xla.core import findings
