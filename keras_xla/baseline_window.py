@@ -21,11 +21,25 @@ from keras_xla.trial_runner import (
 )
 
 # The no-XLA baseline: windows per configuration (fewer on a short epoch),
-# share of the first epoch, and its bounds in steps.
+# and its steps (both sides): `BASELINE_SHARE` of the first epoch, at
+# least `BASELINE_STEPS` (three rounds of eight calls each) and at most
+# `BASELINE_MAX_STEPS`; on a short epoch at most `BASELINE_SHORT_SHARE`
+# of it, and never under `BASELINE_MIN_STEPS` (two rounds of three).
 BASELINE_ROUNDS = (3, 2)
-BASELINE_SHARE = 0.15
-BASELINE_MIN_STEPS = 12
+BASELINE_SHARE = 0.05
+BASELINE_STEPS = 48
 BASELINE_MAX_STEPS = 120
+BASELINE_SHORT_SHARE = 0.3
+BASELINE_MIN_STEPS = 12
+
+
+def baseline_steps(epoch_steps: int) -> int:
+    """The baseline's steps, XLA's and no XLA's, for a first epoch of
+    `epoch_steps` (see `BASELINE_SHARE`)."""
+    budget = int(BASELINE_SHARE * epoch_steps)
+    budget = min(max(budget, BASELINE_STEPS), BASELINE_MAX_STEPS)
+    short = max(int(BASELINE_SHORT_SHARE * epoch_steps), BASELINE_MIN_STEPS)
+    return min(budget, short, epoch_steps)
 
 
 def plan_baseline(
@@ -33,9 +47,8 @@ def plan_baseline(
 ) -> TrialRunner | Settlement:
     """A no-XLA baseline for a fit with XLA on: windows without XLA
     interleaved with XLA's (`BASELINE_ROUNDS`: three each, or two where
-    the budget allows no more), at most
-    `BASELINE_SHARE` of the first epoch, `BASELINE_MIN_STEPS` to
-    `BASELINE_MAX_STEPS` steps; the model keeps XLA after it."""
+    the budget allows no more), `baseline_steps` of the first epoch; the
+    model keeps XLA after it."""
     spe, steps = request.steps_per_call, request.epoch_steps
     if not request.baseline:
         off = "the baseline window is off (XLATuner(baseline=False))"
@@ -52,10 +65,7 @@ def plan_baseline(
                 "step count in Keras (pass steps_per_epoch to fit)"
             ),
         )
-    budget = int(BASELINE_SHARE * steps)
-    budget = min(max(budget, BASELINE_MIN_STEPS), BASELINE_MAX_STEPS)
-    if steps is not None:
-        budget = min(budget, steps)
+    budget = baseline_steps(steps)
     for rounds in BASELINE_ROUNDS:
         calls = budget // spe // (2 * rounds)
         if calls >= trial_lib.MIN_WINDOW_CALLS:

@@ -329,7 +329,10 @@ class TrialRunner:
                 "Raise `trial_budget`, or give the first epoch more steps.",
             )
         self.switch(model, winner)
-        if self.memory is not None and self._signature is not None:
+        # A winner of a run too short to try XLA holds for short runs
+        # only: a longer run of the same model must try XLA again.
+        whole = trial_lib.PAYBACK not in self.trial.dropped_because.values()
+        if self.memory is not None and self._signature is not None and whole:
             self.memory.remember(self._signature, winner.name, decision.reason)
         return Settlement(decision, kept=self._states[winner])
 
@@ -352,13 +355,21 @@ class TrialRunner:
 
     def _finish_baseline(self, model: Any) -> Settlement:
         self.switch(model, self.keep)
-        medians = self.trial.medians_ms()
+        trial = self.trial
+        medians = trial.medians_ms()
         no_xla = Candidate(False, self.keep.policy)
+        xla_ms = medians[self.keep]
+        wall, run = trial.wall_by[no_xla], trial.steps_by[no_xla]
+        # What the no-XLA windows cost beyond training them with XLA.
+        cost = wall - run * xla_ms / 1000 if xla_ms is not None else wall
         section = BaselineSection(
-            steps=self.trial.timed_steps(no_xla),
+            steps=trial.timed_steps(no_xla),
             no_xla_step_ms=medians[no_xla],
-            xla_step_ms=medians[self.keep],
-            cost_seconds=round(self.trial.wall_by[no_xla], 3),
+            xla_step_ms=xla_ms,
+            cost_seconds=round(cost, 3),
+            run_steps=run,
+            window_seconds=round(wall, 3),
+            trace_seconds=trial.first_call_excess(no_xla),
         )
         if None in (section.no_xla_step_ms, section.xla_step_ms):
             section.reason = (

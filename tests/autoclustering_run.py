@@ -79,6 +79,7 @@ def trial(log_dir):
                 "winner": d.winner,
                 "candidates": [c.name for c in d.candidates],
                 "timed": [c.measured_steps for c in d.candidates],
+                "dropped": [c.dropped_because for c in d.candidates],
                 "profiler": len(read_compile_events(log_dir)),
                 "tuner": report.total_compilations,
                 "mode": report.clustering.mode,

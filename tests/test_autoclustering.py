@@ -129,8 +129,12 @@ def test_set_jit_alone_on_a_cpu_is_said_to_do_nothing(tmp_path):
 
 def test_auto_clustering_is_a_trial_candidate(tmp_path):
     # set_jit(True) with jit_compile="auto": no XLA, auto-clustering and
-    # jit_compile are measured on the live run; every step is real and
-    # the compile count equals the profiler's.
+    # jit_compile are the candidates on the live run; every step is real
+    # and the compile count equals the profiler's. The run has 40 steps of
+    # about 2 ms: jit_compile's compile (tracing the step again) cannot
+    # pay back in what is left, so it is never tried.
+    from keras_xla.core.trial import PAYBACK
+
     out = run_child(tmp_path, "--tf_xla_cpu_global_jit", "auto")
     assert out["candidates"] == [
         "no_xla/float32",
@@ -138,7 +142,8 @@ def test_auto_clustering_is_a_trial_candidate(tmp_path):
         "xla/float32",
     ]
     assert out["status"] == "decided" and out["winner"] in out["candidates"]
-    assert all(n >= 2 for n in out["timed"])
+    assert min(out["timed"][:2]) >= 2
+    assert out["timed"][2] == 0 and out["dropped"][2] == PAYBACK
     assert out["tuner"] == out["profiler"] > 0
     assert out["iterations"] == 40
     mode = {"xla/float32": "jit_compile", "no_xla/float32": "off"}

@@ -174,6 +174,41 @@ def test_an_unmeasured_candidate_predicted_slower_is_never_compiled():
     assert rows[X16.name].dropped_after_steps is not None
 
 
+def test_a_compile_that_cannot_pay_back_is_never_tried():
+    # Tracing a step costs 0.5 s at its first call. With 40 steps in the
+    # run, after the two no-XLA windows the 34 steps left take 0.14 s at
+    # 4 ms: an XLA compile (which traces the same step first) cannot pay
+    # back even if XLA's step took no time, so neither XLA candidate runs.
+    A32, A16 = Candidate(False, "float32"), Candidate(False, "mixed_bfloat16")
+    X32, X16 = Candidate(True, "float32"), Candidate(True, "mixed_bfloat16")
+    speed = {A32: 0.005, A16: 0.004, X32: 0.001, X16: 0.001}
+
+    def seconds(c, first):
+        return speed[c] + (0.5 if first else 0.0)
+
+    def trial_of(run_steps):
+        trial = Trial([A32, A16, X32, X16], A32, window_calls=3, rounds=2)
+        trial.run_steps = run_steps
+        return trial, run_plan(trial, seconds)
+
+    trial, records = trial_of(40)
+    assert {r._candidate for r in records} == {A32, A16}
+    assert trial.dropped == {X32: 6, X16: 6}
+    assert set(trial.dropped_because.values()) == {trial_lib.PAYBACK}
+    winner, decision = trial.decide()
+    assert winner == A16 and decision.status == "decided"
+    assert decision.reason.endswith(
+        "xla/float32, xla/mixed_bfloat16 not tried: " + trial_lib.PAYBACK
+    )
+    rows = {r.name: r for r in decision.candidates}
+    assert rows[X32.name].dropped_because == trial_lib.PAYBACK
+    # A run of 1000 steps leaves 5 s: XLA is tried, and wins.
+    trial, records = trial_of(1000)
+    assert X32 in {r._candidate for r in records}
+    assert trial_lib.PAYBACK not in trial.dropped_because.values()
+    assert trial.decide()[0] in (X32, X16)
+
+
 def test_a_trial_of_two_ends_when_one_is_dropped_and_a_baseline_does_not():
     speed = {A: 0.001, B: 0.004}
     trial = Trial([A, B], A, window_calls=3)
@@ -372,10 +407,11 @@ def test_second_fit_reuses_the_decision():
     assert tuner.report.total_compilations == 0
 
 
-def test_trial_decides_on_a_short_first_epoch(recommend):
+def test_trial_decides_on_a_short_first_epoch(recommend, tmp_path, monkeypatch):
     # 40 steps, four candidates: trial_budget=0.25 gives 10 steps, too few;
     # the trial takes the 24 it needs (two rounds of 3-call windows).
     recommend("mixed_bfloat16")
+    monkeypatch.setenv("KERAS_XLA_CACHE_DIR", str(tmp_path))
     x, y = regression_data(8 * 40)
     tuner = fit_trial(
         conv_model(jit_compile=False),
@@ -392,6 +428,14 @@ def test_trial_decides_on_a_short_first_epoch(recommend):
     assert decision["trial_steps"] <= 24
     assert "trial-skipped" not in tuner.report.finding_codes()
     assert tuner.report.epochs[0].steps == 40
+    # 40 steps of about 2 ms cannot pay back an XLA compile: neither XLA
+    # candidate runs, and the decision is not kept for longer runs.
+    rows = {c.name: c for c in decision.candidates}
+    for name in ("xla/float32", "xla/mixed_bfloat16"):
+        assert rows[name].measured_steps == 0
+        assert rows[name].dropped_because == trial_lib.PAYBACK
+    assert tuner.report.total_compilations == 0
+    assert not (tmp_path / "trial_decisions.json").exists()
 
 
 def test_trial_skipped_when_the_epoch_is_too_short():

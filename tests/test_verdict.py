@@ -100,8 +100,16 @@ def test_a_real_fit_measures_its_baseline_on_real_steps():
     fit(model, x, y, batch_size=16, epochs=1, tuner=tuner)
     report = tuner.report
     baseline, v = report.baseline, report.verdict
-    assert baseline.steps >= 2 and baseline.cost_seconds > 0
+    assert baseline.steps >= 2 and baseline.run_steps > baseline.steps
     assert baseline.no_xla_step_ms > 0 and baseline.xla_step_ms > 0
+    # Its cost: the no-XLA windows beyond the same steps with XLA, of
+    # which tracing the no-XLA step is the most on a tiny model.
+    with_xla = baseline.run_steps * baseline.xla_step_ms / 1000
+    assert baseline.cost_seconds == pytest.approx(
+        baseline.window_seconds - with_xla, abs=2e-3
+    )
+    assert 0 < baseline.trace_seconds < baseline.window_seconds
+    assert baseline.cost_seconds > baseline.trace_seconds / 2
     assert int(model.optimizer.iterations.numpy()) == 15  # all real steps
     assert model.jit_compile is True  # XLA kept after the baseline
     assert report.total_compilations == 1  # the baseline compiles nothing
@@ -112,6 +120,9 @@ def test_a_real_fit_measures_its_baseline_on_real_steps():
     )
     out = render.full_report(report, "r").splitlines()
     assert out[1] == f"Verdict: {v.headline}"
+    line = f"Baseline: {baseline.run_steps} steps without XLA"
+    assert any(x.startswith(line) for x in out)
+    assert line in render.summary(report)
 
 
 def test_baseline_off_says_so_in_the_headline():
@@ -161,3 +172,18 @@ def test_steady_figures_follow_one_rule_with_and_without_xla(jit):
     epoch = tuner.report.epochs[0]
     per_median = 32 / (epoch.step_time_ms["median"] / 1000.0)
     assert 0.5 < epoch.examples_per_second / per_median < 1.5
+
+
+def test_baseline_steps_are_bounded():
+    from keras_xla.baseline_window import baseline_steps
+
+    # A fixed small number on short epochs, a few percent on long ones,
+    # at most 120; never more than 30% of a short epoch (but 12 or all).
+    assert [baseline_steps(n) for n in (5, 15, 40, 60, 300)] == [
+        5,
+        12,
+        12,
+        18,
+        48,
+    ]
+    assert baseline_steps(1000) == 50 and baseline_steps(10_000) == 120

@@ -137,6 +137,24 @@ def decision_line(decision: Decision | None) -> list[str]:
     return [f"Trial: {decision.winner} won ({decision.reason}); " + tail]
 
 
+def baseline_line(baseline) -> list[str]:
+    """The no-XLA baseline: its steps, its medians and what it cost."""
+    b = baseline
+    if b is None or b.no_xla_step_ms is None or b.xla_step_ms is None:
+        return []
+    trace = (
+        f", {b.trace_seconds:.2f} s of it tracing the no-XLA step"
+        if b.trace_seconds is not None
+        else ""
+    )
+    return [
+        f"Baseline: {b.run_steps} steps without XLA ({b.steps} timed), "
+        f"{b.no_xla_step_ms:.2f} ms against XLA's {b.xla_step_ms:.2f} ms; "
+        f"they cost {b.cost_seconds:.2f} s beyond training them with XLA"
+        f"{trace}. `XLATuner(baseline=False)` skips it."
+    ]
+
+
 def top_findings(findings: Sequence[Finding], limit: int) -> list[Finding]:
     """Warnings first, then by compile seconds lost."""
     return sorted(
@@ -161,9 +179,9 @@ def verdict_lines(verdict: Verdict | None) -> list[str]:
     return lines
 
 
-def verdict_markdown(verdict: Verdict) -> str:
-    """The verdict as Markdown: the headline, the measured figures, and
-    the next steps ranked by seconds."""
+def verdict_markdown(verdict: Verdict, baseline=None) -> str:
+    """The verdict as Markdown: the headline, the measured figures (and
+    the baseline's cost), and the next steps ranked by seconds."""
     v = verdict
     lines = [f"**{_md(v.headline)}**", ""]
     lines += [
@@ -176,6 +194,8 @@ def verdict_markdown(verdict: Verdict) -> str:
         f"{v.train_steps} | "
         f"{'-' if v.paid_back is None else ('yes' if v.paid_back else 'no')} |",
     ]
+    cost = baseline_line(baseline)
+    lines += ["", *map(_md, cost)] if cost else []
     if v.next_steps:
         lines += ["", "| next step | seconds | fix |", "| --- | --- | --- |"]
         for step in v.next_steps:
@@ -192,6 +212,7 @@ def summary(report: XLAReport, max_findings: int = 3) -> str:
     lines = verdict_lines(report.verdict)
     lines += jit_line(report)
     lines += epoch_table(report)
+    lines += baseline_line(report.baseline)
     lines += decision_line(report.decision)
     for f in top_findings(report.findings, max_findings):
         lines.append(f"[{f.code}] {f.message} Fix: {f.fix}")
@@ -250,6 +271,7 @@ def decision_markdown(decision: Decision | None) -> str:
     for c in d.candidates:
         dropped = c.dropped_after_steps
         when = "-" if dropped is None else f"after {dropped} steps"
+        when += f" ({c.dropped_because})" if c.dropped_because else ""
         lines.append(
             f"| `{c.name}` | {c.measured_steps} | "
             f"{number(c.median_step_ms)} | {number(c.compile_seconds)} | "
@@ -281,6 +303,8 @@ def full_report(report: XLAReport, path: str) -> str:
         change = f"{r.before} -> {r.after}"
         rows.append((*where, change, r.cause, number(r.compile_seconds)))
     lines += format_table(rows) if report.recompilations else []
+    baseline = baseline_line(report.baseline)
+    lines += ["", *baseline] if baseline else []
     if report.decision:
         lines += ["", "Trial decision", decision_markdown(report.decision)]
     lines += hlo_lines(report.hlo) + profile_lines(report.profile)

@@ -148,8 +148,9 @@ class CandidateResult(Section):
     measured_steps: int = 0
     median_step_ms: float | None = None
     compile_seconds: float | None = None
-    # Given no more windows, clearly slower, after this many trial steps.
+    # Given no more windows after this many trial steps, and why.
     dropped_after_steps: int | None = None
+    dropped_because: str | None = None
 
 
 @dataclasses.dataclass
@@ -203,14 +204,20 @@ class BaselineSection(Section):
     """The no-XLA baseline: real training steps without XLA, in windows
     interleaved with XLA's, same weights and precision, timed by one rule
     (each window's first call, and any call that traced or compiled, left
-    out). `cost_seconds` is the baseline windows' wall time, tracing
-    included; `reason` says why there is none."""
+    out). `steps` are the timed no-XLA steps of `run_steps` run.
+    `window_seconds` is the no-XLA windows' wall time; `cost_seconds` what
+    they cost beyond training the same steps with XLA (the no-XLA step's
+    tracing, `trace_seconds`, plus the steps' difference; negative where
+    XLA is the slower); `reason` says why there is none."""
 
     steps: int = 0
     no_xla_step_ms: float | None = None
     xla_step_ms: float | None = None
     cost_seconds: float = 0.0
     reason: str = ""
+    run_steps: int = 0
+    window_seconds: float = 0.0
+    trace_seconds: float | None = None
 
 
 @dataclasses.dataclass

@@ -34,6 +34,10 @@ MAX_WINDOW_CALLS = 25
 # A candidate whose fastest timed step is this much slower than the best
 # candidate's median is clearly slower: it gets no more windows.
 DROP_FACTOR = 1.3
+# Why a candidate got no more windows (`CandidateResult.dropped_because`).
+SLOWER = "clearly slower"
+PREDICTED = "predicted clearly slower"
+PAYBACK = "its compile cannot pay back in the steps left"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,11 +98,13 @@ class Trial:
         self._calls = 0
         self._wall = 0.0
         self.wall_by: dict[Candidate, float] = {c: 0.0 for c in candidates}
+        self.steps_by: dict[Candidate, int] = {c: 0 for c in candidates}
         # The run's planned train steps, if known (for what the winner
         # saves over the rest of it).
         self.run_steps: int | None = None
         # Candidates given no more windows, with the trial steps run then.
         self.dropped: dict[Candidate, int] = {}
+        self.dropped_because: dict[Candidate, str] = {}
         self._drop = drop
 
     @property
@@ -128,6 +134,7 @@ class Trial:
         self._calls += len(fresh)
         self._wall += sum(r.seconds for r in fresh)
         self.wall_by[candidate] += sum(r.seconds for r in fresh)
+        self.steps_by[candidate] += sum(r.steps for r in fresh)
         self._first.setdefault(candidate, fresh[0])
         for record in fresh[1:]:
             if not record.compiled and record.trace_seconds == 0.0:
@@ -136,11 +143,13 @@ class Trial:
         self._drop_slower()
 
     def _drop_slower(self) -> None:
-        """At a window boundary, candidates clearly slower than the best
-        measured one (`DROP_FACTOR`) get no more windows: a measured one
-        whose fastest timed step is slower, and an unmeasured one whose
-        median the XLA x precision grid predicts slower (so it is never
-        compiled). The trial stops spending steps on a loser."""
+        """At a window boundary, candidates that cannot win get no more
+        windows: a measured one whose fastest timed step is clearly slower
+        than the best measured median (`DROP_FACTOR`), an unmeasured one
+        whose median the XLA x precision grid predicts clearly slower, and
+        an unmeasured compiling one that cannot pay its compile back in
+        the run's steps left (so neither is ever compiled). The trial
+        stops spending steps on a loser."""
         live = [c for c in self.candidates if c not in self.dropped]
         if not self._drop or len(live) < 2 or not self.boundary():
             return  # (mid-window: a paused trial's epoch end)
@@ -150,26 +159,50 @@ class Trial:
             if len(t) >= 2
         }
         measured = [c for c in live if c in medians]
-        if len(measured) < 2:
+        if not measured:
             return
         best = min(medians[c] for c in measured)
-        slow = [
-            c for c in measured if min(self._seconds[c]) > DROP_FACTOR * best
-        ]
-        for c in live:
+        slow = {c: PAYBACK for c in self._cannot_pay_back(live, best)}
+        for c in measured if len(measured) >= 2 else ():
+            if min(self._seconds[c]) > DROP_FACTOR * best:
+                slow[c] = SLOWER
+        for c in live if len(measured) >= 2 else ():
             guess = None if c in medians else self._predicted(c, medians)
             if guess is not None and guess > DROP_FACTOR * best:
-                slow.append(c)
+                slow.setdefault(c, PREDICTED)
         if not slow:
             return
-        for c in slow:
+        for c, because in slow.items():
             self.dropped[c] = self._calls * self.steps_per_call
+            self.dropped_because[c] = because
         # Whole windows go: the plan stays aligned on window boundaries;
         # with one candidate left there is nothing more to measure.
         rest = [c for c in self.plan[self.position :] if c not in slow]
         if len(live) - len(slow) < 2:
             rest = []
         self.plan = self.plan[: self.position] + rest
+
+    def _cannot_pay_back(self, live: list, best: float) -> list:
+        """Unmeasured XLA candidates whose compile the run's steps left
+        cannot pay back even if their step took no time at all: those
+        steps at the best measured median take less than tracing the step
+        took a measured candidate (a new XLA step function traces the
+        same step before it compiles). Measured on this CPU, an XLA first
+        call cost 1.2-2.7x the cheapest no-XLA one after it; the first
+        candidate's first call also pays the fit's own start, so two
+        measured first calls are needed. Auto-clustering reuses the traced
+        step and is not judged here."""
+        traces = [
+            t
+            for c in self._first
+            if (t := self.first_call_excess(c)) is not None
+        ]
+        if not self.run_steps or len(traces) < 2:
+            return []
+        left = self.run_steps - self._calls * self.steps_per_call
+        if left * best >= min(traces):
+            return []
+        return [c for c in live if c not in self._first and c.jit]
 
     def _predicted(self, c: Candidate, medians: dict) -> float | None:
         """An unmeasured candidate's median from the other three corners
@@ -204,6 +237,16 @@ class Trial:
     def timed_steps(self, candidate: Candidate) -> int:
         return len(self._seconds[candidate])
 
+    def first_call_excess(self, candidate: Candidate) -> float | None:
+        """Seconds the candidate's first call took beyond its median
+        steps (its tracing, or its compilation); None before it has a
+        median."""
+        first, times = self._first.get(candidate), self._seconds[candidate]
+        if first is None or len(times) < 2:
+            return None
+        excess = first.seconds - statistics.median(times) * first.steps
+        return round(max(excess, 0.0), 3)
+
     def decide(self) -> tuple[Candidate | None, Decision]:
         """The winner (None when the trial could not decide) and the
         report's `decision` section."""
@@ -213,13 +256,10 @@ class Trial:
             times = self._seconds[c]
             median = statistics.median(times) if len(times) >= 2 else None
             medians[c] = median
-            first = self._first.get(c)
-            compile_s = None
-            if first is not None and median is not None:
-                excess = first.seconds - median * first.steps
-                compile_s = round(max(excess, 0.0), 3)
+            compile_s = self.first_call_excess(c)
             row = candidate_row(c, len(times), ms(median), compile_s)
             row.dropped_after_steps = self.dropped.get(c)
+            row.dropped_because = self.dropped_because.get(c)
             rows.append(row)
         measured = [c for c in self.candidates if medians[c] is not None]
         # A candidate dropped on a prediction has no timing, and needs none.
@@ -237,7 +277,8 @@ class Trial:
             trial_steps=self._calls * self.steps_per_call,
             trial_seconds=round(self._wall, 3),
         )
-        if unmeasured or len(measured) < 2:
+        # (With none unmeasured, every other candidate was dropped.)
+        if unmeasured or not measured:
             missing = [c.name for c in unmeasured] or [
                 c.name for c in self.candidates if c not in measured
             ]
@@ -262,6 +303,11 @@ class Trial:
         decision.reason = ", ".join(
             f"{c.name} {medians[c] * 1000:.2f} ms" for c in ranked
         )
+        unpaid = [
+            c.name for c, b in self.dropped_because.items() if b == PAYBACK
+        ]
+        if unpaid:
+            decision.reason += f"; {', '.join(unpaid)} not tried: {PAYBACK}"
         return winner, decision
 
 

@@ -146,7 +146,7 @@ def write_epoch(
     text = render.findings_markdown(report.findings)
     writer.write_text_if_changed(stats.epoch, FINDINGS_TAG, text)
     if report.verdict is not None:
-        text = render.verdict_markdown(report.verdict)
+        text = render.verdict_markdown(report.verdict, report.baseline)
         writer.write_text_if_changed(stats.epoch, VERDICT_TAG, text)
     if decided:
         text = render.decision_markdown(report.decision)
