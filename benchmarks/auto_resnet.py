@@ -131,6 +131,22 @@ def main():
     for name, value, goal in goals:
         verdict = "met" if value >= goal else "NOT met"
         print(f"{name}: {value:.2f} (goal >= {goal}): {verdict}")
+    # What measuring XLA costs at all: its compile, which no trial that
+    # tries XLA avoids, against the best fixed candidate's time.
+    compiled = [
+        c.compile_seconds or 0.0
+        for c in first["decision"].candidates
+        if c.jit_compile and c.measured_steps
+    ]
+    if compiled:
+        best_short = time_to(best, short)
+        print(
+            f"the first run's trial compiled XLA for {sum(compiled):.1f} s: "
+            f"a trial that compiles an XLA candidate within the first "
+            f"{short} steps reaches at most "
+            f"{best_short / (best_short + sum(compiled)):.2f} of the best "
+            f"fixed candidate's speed to {short} on that compile alone"
+        )
     for r in (first, second):
         print(f"\n{r['name']}'s decision:\n" + decision_markdown(r["decision"]))
 

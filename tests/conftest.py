@@ -103,3 +103,22 @@ def pytest_configure(config):
     os.environ.setdefault(
         "KERAS_XLA_CACHE_DIR", tempfile.mkdtemp(prefix="keras_xla_tests_")
     )
+
+
+def no_payback_rule():
+    """Turns off the trial's rule that an XLA candidate is not compiled
+    when the run's steps left cannot pay back its compile: these tests'
+    runs are far too short for XLA to pay back, and they test what a
+    trial with XLA does, not that rule (its own tests are in
+    test_trial.py). For a test's own process."""
+    from keras_xla.core.trial import Trial
+
+    Trial.cannot_pay_back = lambda self, live, best: []
+
+
+@pytest.fixture
+def xla_tried(monkeypatch):
+    """`no_payback_rule` for one test."""
+    from keras_xla.core.trial import Trial
+
+    monkeypatch.setattr(Trial, "cannot_pay_back", lambda self, live, best: [])

@@ -15,10 +15,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 warnings.simplefilter("ignore")
 
 import keras_xla  # noqa: E402, I001  (first: before TensorFlow starts)
-from conftest import conv_model, regression_data  # noqa: E402
+from conftest import conv_model, no_payback_rule, regression_data  # noqa: E402
 
 
 def main():
+    no_payback_rule()  # 40 steps: XLA must still be tried, to remember
     batch = int(sys.argv[1])
     x, y = regression_data(batch * 40)
     model = conv_model(jit_compile=False)

@@ -38,6 +38,8 @@ DROP_FACTOR = 1.3
 SLOWER = "clearly slower"
 PREDICTED = "predicted clearly slower"
 PAYBACK = "its compile cannot pay back in the steps left"
+# The share of the only measured first call that bounds a compile.
+SINGLE_TRACE = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,7 +164,7 @@ class Trial:
         if not measured:
             return
         best = min(medians[c] for c in measured)
-        slow = {c: PAYBACK for c in self._cannot_pay_back(live, best)}
+        slow = {c: PAYBACK for c in self.cannot_pay_back(live, best)}
         for c in measured if len(measured) >= 2 else ():
             if min(self._seconds[c]) > DROP_FACTOR * best:
                 slow[c] = SLOWER
@@ -182,25 +184,26 @@ class Trial:
             rest = []
         self.plan = self.plan[: self.position] + rest
 
-    def _cannot_pay_back(self, live: list, best: float) -> list:
+    def cannot_pay_back(self, live: list, best: float) -> list:
         """Unmeasured XLA candidates whose compile the run's steps left
         cannot pay back even if their step took no time at all: those
         steps at the best measured median take less than tracing the step
         took a measured candidate (a new XLA step function traces the
         same step before it compiles). Measured on this CPU, an XLA first
-        call cost 1.2-2.7x the cheapest no-XLA one after it; the first
-        candidate's first call also pays the fit's own start, so two
-        measured first calls are needed. Auto-clustering reuses the traced
-        step and is not judged here."""
+        call cost 1.2-2.7x the cheapest no-XLA one after it, and 0.9-1.6x
+        the first candidate's, whose first call also pays the fit's start:
+        with one first call measured, half of it is the bound.
+        Auto-clustering reuses the traced step and is not judged here."""
         traces = [
             t
             for c in self._first
             if (t := self.first_call_excess(c)) is not None
         ]
-        if not self.run_steps or len(traces) < 2:
+        if not self.run_steps or not traces:
             return []
+        bound = min(traces) if len(traces) > 1 else SINGLE_TRACE * traces[0]
         left = self.run_steps - self._calls * self.steps_per_call
-        if left * best >= min(traces):
+        if left * best >= bound:
             return []
         return [c for c in live if c not in self._first and c.jit]
 
