@@ -68,7 +68,7 @@ def main():
         "steps",
         *[f"{w} s" for w in WAYS],
         "auto compiled",
-        "auto vs best",
+        "auto speed vs best",
     )
     rows = [header]
     for steps in args.lengths:

@@ -310,7 +310,10 @@ class Trial:
             c.name for c, b in self.dropped_because.items() if b == PAYBACK
         ]
         if unpaid:
-            decision.reason += f"; {', '.join(unpaid)} not tried: {PAYBACK}"
+            decision.reason += (
+                f"; {', '.join(unpaid)} not tried (an XLA compile could not "
+                "pay back in the steps left)"
+            )
         return winner, decision
 
 
