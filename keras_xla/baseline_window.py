@@ -9,9 +9,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from keras_xla.core import trial as trial_lib
 from keras_xla.core.report import BaselineSection
 from keras_xla.core.trial import Candidate, Trial
+from keras_xla.core.trial_budget import MIN_WINDOW_CALLS
 from keras_xla.trial_runner import (
     RETRACE_FILTER,
     ModelState,
@@ -68,10 +68,10 @@ def plan_baseline(
     budget = baseline_steps(steps)
     for rounds in BASELINE_ROUNDS:
         calls = budget // spe // (2 * rounds)
-        if calls >= trial_lib.MIN_WINDOW_CALLS:
+        if calls >= MIN_WINDOW_CALLS:
             break
-    if not request.probed or calls < trial_lib.MIN_WINDOW_CALLS:
-        need = 2 * rounds * trial_lib.MIN_WINDOW_CALLS * spe
+    if not request.probed or calls < MIN_WINDOW_CALLS:
+        need = 2 * rounds * MIN_WINDOW_CALLS * spe
         why = (
             "the model's steps carry no probe (a plain model under a "
             "multi-replica strategy)"

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from keras_xla import trial_runner
-from keras_xla.core.trial import AUTO, validate_budget
+from keras_xla.core.trial import AUTO
+from keras_xla.core.trial_budget import validate_budget
 from keras_xla.tf_backend import compile_cache as cache_lib
 from keras_xla.tf_backend import decision_memory, flag_guard
 from keras_xla.tf_backend import jit as jit_lib

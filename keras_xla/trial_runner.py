@@ -19,6 +19,7 @@ from typing import Any
 
 from keras_xla.configurations import ModelState, configure, plan_candidates
 from keras_xla.core import trial as trial_lib
+from keras_xla.core import trial_budget
 from keras_xla.core.report import BaselineSection, Decision
 from keras_xla.core.trial import Candidate, Trial
 from keras_xla.tf_backend.decision_memory import DecisionMemory
@@ -133,8 +134,11 @@ def plan(
             )
         )
     spe, steps = request.steps_per_call, request.epoch_steps
-    budget = _budget(request, len(candidates))
-    calls, rounds = trial_lib.schedule(budget or 0, len(candidates), spe)
+    n = len(candidates)
+    budget = trial_budget.run_budget(
+        request.budget, steps, request.epochs, n, spe
+    )
+    calls, rounds = trial_budget.schedule(budget or 0, n, spe)
     problem = None
     if not request.probed:
         problem = (
@@ -148,7 +152,7 @@ def plan(
             "Pass `steps_per_epoch` to fit, or `trial_budget=<steps>`.",
         )
     elif not calls:
-        need = trial_lib.minimum_steps(len(candidates), spe)
+        need = trial_budget.minimum_steps(n, spe)
         problem = (
             f"its budget is {budget} steps (trial_budget="
             f"{request.budget!r} of {steps}); {len(candidates)} "
@@ -182,26 +186,6 @@ def plan(
     runner.switch(model, candidates[0])
     logging.getLogger("tensorflow").addFilter(RETRACE_FILTER)
     return runner
-
-
-# A short first epoch: the trial may take up to this share of the run.
-MAX_RUN_SHARE = 0.6
-
-
-def _budget(request: Request, n: int) -> int | None:
-    """The trial's steps: `trial_budget`, raised to the fewest steps that
-    can decide when they are at most `MAX_RUN_SHARE` of the run (the
-    trial then spans epochs if the first is shorter); None when the epoch
-    length is unknown."""
-    steps = request.epoch_steps
-    budget = trial_lib.budget_steps(request.budget, steps)
-    if budget is None or not steps:
-        return budget
-    need = trial_lib.minimum_steps(n, request.steps_per_call)
-    run = steps * (request.epochs or 1)
-    if budget < need <= MAX_RUN_SHARE * run:
-        return need
-    return budget
 
 
 class TrialRunner:

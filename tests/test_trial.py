@@ -9,6 +9,7 @@ from conftest import conv_model, regression_data
 
 from keras_xla import trial_runner
 from keras_xla.core import trial as trial_lib
+from keras_xla.core import trial_budget
 from keras_xla.core.timing import StepRecord
 from keras_xla.core.trial import Candidate, Trial
 from keras_xla.tf_backend import precision as precision_lib
@@ -80,7 +81,7 @@ def test_schedule_rotates_candidates_in_equal_windows():
     trial = Trial([A, B, C], A, window_calls=3)
     windows = [trial.plan[i] for i in range(0, len(trial.plan), 3)]
     assert windows == [A, B, C, B, C, A, C, A, B]
-    assert len(trial.plan) == trial_lib.ROUNDS * 3 * 3
+    assert len(trial.plan) == trial_budget.ROUNDS * 3 * 3
 
 
 def test_decision_skips_warmup_and_compiled_calls():
@@ -228,23 +229,25 @@ def test_a_trial_of_two_ends_when_one_is_dropped_and_a_baseline_does_not():
 
 
 def test_budget_and_window_size():
-    assert trial_lib.budget_steps(0.25, 400) == 100
-    assert trial_lib.budget_steps(120, None) == 120
-    assert trial_lib.budget_steps(0.25, None) is None
-    assert trial_lib.window_calls(100, 4, 1) == 8
-    assert trial_lib.window_calls(35, 4, 1) == 0
-    assert trial_lib.window_calls(36, 4, 1) == 3
-    assert trial_lib.window_calls(10_000, 2, 1) == trial_lib.MAX_WINDOW_CALLS
-    assert trial_lib.window_calls(100, 2, 4) == 4
+    assert trial_budget.budget_steps(0.25, 400) == 100
+    assert trial_budget.budget_steps(120, None) == 120
+    assert trial_budget.budget_steps(0.25, None) is None
+    assert trial_budget.window_calls(100, 4, 1) == 8
+    assert trial_budget.window_calls(35, 4, 1) == 0
+    assert trial_budget.window_calls(36, 4, 1) == 3
+    assert (
+        trial_budget.window_calls(10_000, 2, 1) == trial_budget.MAX_WINDOW_CALLS
+    )
+    assert trial_budget.window_calls(100, 2, 4) == 4
     # Three rounds where the budget allows, else two.
-    assert trial_lib.schedule(36, 4, 1) == (3, 3)
-    assert trial_lib.schedule(35, 4, 1) == (4, 2)
-    assert trial_lib.schedule(24, 4, 1) == (3, 2)
-    assert trial_lib.schedule(23, 4, 1) == (0, 0)
-    assert trial_lib.minimum_steps(4, 2) == 48  # 2 rounds x 4 x 3 calls
+    assert trial_budget.schedule(36, 4, 1) == (3, 3)
+    assert trial_budget.schedule(35, 4, 1) == (4, 2)
+    assert trial_budget.schedule(24, 4, 1) == (3, 2)
+    assert trial_budget.schedule(23, 4, 1) == (0, 0)
+    assert trial_budget.minimum_steps(4, 2) == 48  # 2 rounds x 4 x 3 calls
     for bad in (0, -1, 0.0, 1.5, "a", True):
         with pytest.raises(ValueError, match="trial_budget"):
-            trial_lib.validate_budget(bad)
+            trial_budget.validate_budget(bad)
 
 
 def test_candidates_follow_what_configure_jit_allowed(recommend):

@@ -25,12 +25,9 @@ from typing import Any
 
 from keras_xla.core.report import CandidateResult, Decision
 from keras_xla.core.timing import ms
+from keras_xla.core.trial_budget import ROUNDS
 
 AUTO = "auto"
-ROUNDS = 3  # windows per candidate
-MIN_ROUNDS = 2  # on a short budget
-MIN_WINDOW_CALLS = 3  # one warm-up call and at least two timed calls
-MAX_WINDOW_CALLS = 25
 # A candidate whose fastest timed step is this much slower than the best
 # candidate's median is clearly slower: it gets no more windows.
 DROP_FACTOR = 1.3
@@ -315,55 +312,6 @@ class Trial:
                 "pay back in the steps left)"
             )
         return winner, decision
-
-
-def window_calls(
-    budget_steps: int, n: int, steps_per_call: int, rounds: int = ROUNDS
-) -> int:
-    """Calls per window for a trial of `budget_steps` steps over `n`
-    candidates in `rounds` rounds; 0 when the budget is too small."""
-    calls = budget_steps // steps_per_call // (rounds * n)
-    if calls < MIN_WINDOW_CALLS:
-        return 0
-    return min(calls, MAX_WINDOW_CALLS)
-
-
-def schedule(budget_steps: int, n: int, steps_per_call: int) -> tuple[int, int]:
-    """`(calls per window, rounds)` for a budget: three rounds where it
-    allows, else two; `(0, 0)` when even two do not fit."""
-    for rounds in (ROUNDS, MIN_ROUNDS):
-        calls = window_calls(budget_steps, n, steps_per_call, rounds)
-        if calls:
-            return calls, rounds
-    return 0, 0
-
-
-def budget_steps(budget: Any, epoch_steps: int | None) -> int | None:
-    """Trial steps for `trial_budget` (a fraction of the first epoch, or a
-    number of steps); None when the epoch length is unknown."""
-    if isinstance(budget, int):
-        return budget
-    if not epoch_steps:
-        return None
-    return int(budget * epoch_steps)
-
-
-def validate_budget(budget: Any) -> None:
-    ok = (isinstance(budget, int) and not isinstance(budget, bool)) and (
-        budget >= 1
-    )
-    ok = ok or (isinstance(budget, float) and 0.0 < budget <= 1.0)
-    if not ok:
-        raise ValueError(
-            f"Unsupported value `XLATuner(trial_budget={budget!r})`: pass a "
-            "fraction of the first epoch in (0, 1] (e.g. 0.25) or a number "
-            "of steps (e.g. 120)."
-        )
-
-
-def minimum_steps(n: int, steps_per_call: int) -> int:
-    """The fewest steps a trial of `n` candidates can decide on."""
-    return MIN_ROUNDS * n * MIN_WINDOW_CALLS * steps_per_call
 
 
 def _versus_default(winner, default, medians, compile_seconds):
