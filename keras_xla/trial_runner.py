@@ -154,7 +154,7 @@ def plan(
     elif not calls:
         need = trial_budget.minimum_steps(n, spe)
         problem = (
-            f"its budget is {budget} steps (trial_budget="
+            f"its budget is {budget} step{'s' * (budget != 1)} (trial_budget="
             f"{request.budget!r} of {steps}); {len(candidates)} "
             f"candidates need at least {need}",
             f"Raise `trial_budget` to {need} steps or more, or set "

@@ -135,17 +135,20 @@ class XLATuner(keras.callbacks.Callback):
             float16); `"auto"` measures float32 against
             `precision.recommend_policy()` in the trial. Defaults to `None`.
         trial_budget: The trial's length: a fraction of the first epoch's
-            steps, or a number of steps. The winner, its speedup over
+            steps, or a number of steps; raised on a short run to what
+            can decide, and an XLA candidate whose compile cannot pay back
+            in the run is never compiled. The winner, its speedup over
             Keras's default configuration and its break-even step count go
             to `report.decision` and the `xla/decision` text summary.
             Defaults to `0.25`.
         baseline: With XLA on, measure the same step without XLA in short
             windows interleaved with XLA's early in the first epoch (real
-            training steps, same weights and precision; 10% of the first
-            epoch, 12 to 120 steps), so the verdict can say whether XLA
-            paid off (`report.baseline`, `report.verdict`). Its cost (the
-            no-XLA windows' seconds, tracing included) is reported; it
-            adds no XLA compilation. Defaults to `True`.
+            training steps, same weights and precision; 48 steps, 5% of
+            a longer first epoch, at most 120), so the verdict can say
+            whether XLA paid off (`report.baseline`, `report.verdict`).
+            Its cost (the no-XLA steps beyond the same steps with XLA,
+            their tracing included) is reported; it adds no XLA
+            compilation. Defaults to `True`.
         trial_memory: Remember the trial's winner on disk, keyed by the
             model's weights, the first step's input signature, the
             hardware, the TensorFlow and Keras versions and the

@@ -243,8 +243,19 @@ def test_budget_and_window_size():
     assert trial_budget.schedule(36, 4, 1) == (3, 3)
     assert trial_budget.schedule(35, 4, 1) == (4, 2)
     assert trial_budget.schedule(24, 4, 1) == (3, 2)
-    assert trial_budget.schedule(23, 4, 1) == (0, 0)
-    assert trial_budget.minimum_steps(4, 2) == 48  # 2 rounds x 4 x 3 calls
+    # One round (no rotation) only where two do not fit.
+    assert trial_budget.schedule(23, 4, 1) == (5, 1)
+    assert trial_budget.schedule(11, 4, 1) == (0, 0)
+    assert trial_budget.minimum_steps(4, 2, rounds=2) == 48  # 2 x 4 x 3 x 2
+    assert trial_budget.minimum_steps(4, 2) == 24  # one round
+    # A short run: raised to two rounds where they fit in 0.6 of the run,
+    # else to one; a run too short for one keeps its budget (and skips).
+    run = trial_budget.run_budget
+    assert run(0.25, 40, 1, 4, 1) == 24
+    assert run(0.25, 20, 1, 4, 1) == 12
+    assert run(0.25, 10, 1, 2, 1) == 6
+    assert run(0.25, 5, 1, 2, 1) == 1
+    assert run(0.25, 10, 3, 2, 1) == 12  # 30 steps in the run
     for bad in (0, -1, 0.0, 1.5, "a", True):
         with pytest.raises(ValueError, match="trial_budget"):
             trial_budget.validate_budget(bad)
@@ -451,20 +462,41 @@ def test_trial_decides_on_a_short_first_epoch(recommend, tmp_path, monkeypatch):
 def test_trial_skipped_when_the_epoch_is_too_short():
     from keras_xla import XLATuner
 
-    # 10 steps: two candidates need 12 (2 rounds x 2 x 3 calls).
+    # 5 steps: two candidates need 6 (one round of 3 calls each), over
+    # 0.6 of the run.
     model = conv_model(jit_compile=False)
-    x, y = regression_data(32 * 10)
+    x, y = regression_data(32 * 5)
     tuner = XLATuner(jit_compile="auto", verbose=0)
     with pytest.warns(UserWarning, match="trial-skipped"):
         model.fit(x, y, batch_size=32, epochs=1, callbacks=[tuner], verbose=0)
     report = tuner.report
     assert report.decision["status"] == "skipped"
-    assert "2 steps" in report.decision["reason"]  # 0.25 of 10
-    assert "at least 12" in report.decision["reason"]
+    assert "budget is 1 step (" in report.decision["reason"]  # 0.25 of 5
+    assert "at least 6" in report.decision["reason"]
     finding = next(f for f in report.findings if f.code == "trial-skipped")
-    assert "12" in finding.fix
+    assert "6 steps" in finding.fix
     # The model trains as compiled: XLA stays off.
     assert model.jit_compile is False and report.jit.enabled is False
+
+
+def test_trial_decides_on_a_ten_step_run_in_one_round():
+    from keras_xla import XLATuner
+
+    # 10 steps, two candidates: two rounds (12 steps) do not fit in 0.6 of
+    # the run, one round (6) does. After the no-XLA window the 7 steps
+    # left cannot pay back an XLA compile, so it is never tried.
+    model = conv_model(jit_compile=False)
+    x, y = regression_data(32 * 10)
+    tuner = XLATuner(jit_compile="auto", verbose=0, trial_memory=False)
+    model.fit(x, y, batch_size=32, epochs=1, callbacks=[tuner], verbose=0)
+    decision = tuner.report.decision
+    assert decision.status == "decided" and decision.winner == "no_xla/float32"
+    assert decision.trial_steps == 3
+    rows = {c.name: c for c in decision.candidates}
+    assert rows["xla/float32"].dropped_because == trial_lib.PAYBACK
+    assert tuner.report.total_compilations == 0
+    assert int(model.optimizer.iterations.numpy()) == 10
+    assert "trial-skipped" not in tuner.report.finding_codes()
 
 
 def test_trial_drives_xlamodel(profiled, xla_tried):
@@ -565,14 +597,14 @@ def test_trial_with_steps_per_execution_counts_steps_not_calls(
     # Each window's first call is left out: 3 windows x 2 calls x 2 steps.
     assert [c["measured_steps"] for c in decision["candidates"]] == [12, 12]
     # An epoch of 10 steps cannot hold the fewest a trial decides on:
-    # 2 rounds x 2 candidates x 3 calls of 2 steps.
+    # one round of 2 candidates x 3 calls of 2 steps.
     short = XLATuner(jit_compile="auto", trial_budget=10, verbose=0)
     with pytest.warns(UserWarning, match="trial-skipped"):
         conv_model(steps_per_execution=2, jit_compile=False).fit(
             x[: 32 * 10], y[: 32 * 10], batch_size=32, epochs=1,
             callbacks=[short], verbose=0,
         )  # fmt: skip
-    assert "at least 24" in short.report.decision["reason"]
+    assert "at least 12" in short.report.decision["reason"]
 
 
 def test_trial_skipped_when_the_epoch_length_is_unknown():

@@ -9,6 +9,7 @@ from typing import Any
 
 ROUNDS = 3  # windows per candidate
 MIN_ROUNDS = 2  # on a short budget
+SHORT_ROUNDS = 1  # on a run too short for two
 MIN_WINDOW_CALLS = 3  # one warm-up call and at least two timed calls
 MAX_WINDOW_CALLS = 25
 # A short first epoch: the trial may take up to this share of the run.
@@ -28,8 +29,8 @@ def window_calls(
 
 def schedule(budget_steps: int, n: int, steps_per_call: int) -> tuple[int, int]:
     """`(calls per window, rounds)` for a budget: three rounds where it
-    allows, else two; `(0, 0)` when even two do not fit."""
-    for rounds in (ROUNDS, MIN_ROUNDS):
+    allows, else two, else one; `(0, 0)` when not even one fits."""
+    for rounds in (ROUNDS, MIN_ROUNDS, SHORT_ROUNDS):
         calls = window_calls(budget_steps, n, steps_per_call, rounds)
         if calls:
             return calls, rounds
@@ -59,9 +60,12 @@ def validate_budget(budget: Any) -> None:
         )
 
 
-def minimum_steps(n: int, steps_per_call: int) -> int:
-    """The fewest steps a trial of `n` candidates can decide on."""
-    return MIN_ROUNDS * n * MIN_WINDOW_CALLS * steps_per_call
+def minimum_steps(
+    n: int, steps_per_call: int, rounds: int = SHORT_ROUNDS
+) -> int:
+    """The fewest steps a trial of `n` candidates in `rounds` rounds can
+    decide on (by default one round: the fewest at all)."""
+    return rounds * n * MIN_WINDOW_CALLS * steps_per_call
 
 
 def run_budget(
@@ -72,13 +76,15 @@ def run_budget(
     steps_per_call: int,
 ) -> int | None:
     """The trial's steps for `n` candidates: `trial_budget`, raised to the
-    fewest steps that can decide when they are at most `MAX_RUN_SHARE` of
-    the run (the trial then spans epochs if the first is shorter); None
-    when the epoch length is unknown."""
+    fewest steps of two rounds, or else of one round, when they are at
+    most `MAX_RUN_SHARE` of the run (the trial then spans epochs if the
+    first is shorter); None when the epoch length is unknown."""
     steps = budget_steps(budget, epoch_steps)
     if steps is None or not epoch_steps:
         return steps
-    need = minimum_steps(n, steps_per_call)
-    if steps < need <= MAX_RUN_SHARE * epoch_steps * (epochs or 1):
-        return need
+    run = epoch_steps * (epochs or 1)
+    for rounds in (MIN_ROUNDS, SHORT_ROUNDS):
+        need = minimum_steps(n, steps_per_call, rounds)
+        if steps < need <= MAX_RUN_SHARE * run:
+            return need
     return steps
