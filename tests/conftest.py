@@ -105,6 +105,10 @@ def pytest_configure(config):
     )
 
 
+def _tries_every_candidate(self, live, best):
+    return []
+
+
 def no_payback_rule():
     """Turns off the trial's rule that an XLA candidate is not compiled
     when the run's steps left cannot pay back its compile: these tests'
@@ -113,7 +117,7 @@ def no_payback_rule():
     test_trial.py). For a test's own process."""
     from keras_xla.core.trial import Trial
 
-    Trial.cannot_pay_back = lambda self, live, best: []
+    Trial.cannot_pay_back = _tries_every_candidate
 
 
 @pytest.fixture
@@ -121,4 +125,4 @@ def xla_tried(monkeypatch):
     """`no_payback_rule` for one test."""
     from keras_xla.core.trial import Trial
 
-    monkeypatch.setattr(Trial, "cannot_pay_back", lambda self, live, best: [])
+    monkeypatch.setattr(Trial, "cannot_pay_back", _tries_every_candidate)

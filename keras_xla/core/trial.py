@@ -162,13 +162,14 @@ class Trial:
             return
         best = min(medians[c] for c in measured)
         slow = {c: PAYBACK for c in self.cannot_pay_back(live, best)}
-        for c in measured if len(measured) >= 2 else ():
-            if min(self._seconds[c]) > DROP_FACTOR * best:
-                slow[c] = SLOWER
-        for c in live if len(measured) >= 2 else ():
-            guess = None if c in medians else self._predicted(c, medians)
-            if guess is not None and guess > DROP_FACTOR * best:
-                slow.setdefault(c, PREDICTED)
+        if len(measured) >= 2:  # slower than what, otherwise?
+            for c in measured:
+                if min(self._seconds[c]) > DROP_FACTOR * best:
+                    slow[c] = SLOWER
+            for c in live:
+                guess = None if c in medians else self._predicted(c, medians)
+                if guess is not None and guess > DROP_FACTOR * best:
+                    slow.setdefault(c, PREDICTED)
         if not slow:
             return
         for c, because in slow.items():
