@@ -431,6 +431,10 @@ def test_report_renders_the_trial_decision(tmp_path):
             "break_even_steps": 0,
             "trial_steps": 36,
             "trial_seconds": 0.2,
+            "trial_cost_seconds": 0.5,
+            "first_call_seconds": 0.4,
+            "slow_window_seconds": 0.1,
+            "saving_seconds": 2.0,
             "candidates": [
                 {
                     **row,
@@ -458,6 +462,12 @@ def test_report_renders_the_trial_decision(tmp_path):
         "no_xla/mixed_bfloat16 4.00 ms, no_xla/float32 6.00 ms"
     )
     assert "1.50x" in part[2] and "36 steps" in part[2]
+    assert part[3] == (
+        "The trial cost 0.5 s beyond a run on the winner alone: 0.4 s in "
+        "the other candidates' first calls (traces, XLA compilations), "
+        "0.1 s in slower windows; the winner saves 2.0 s against the "
+        "default over the rest of the run."
+    )
     assert "| `no_xla/mixed_bfloat16` | 12 | 4.00 | 0.40 | - |" in part
     assert out.index("Trial decision") < out.index("Findings (1)")
 

@@ -259,9 +259,17 @@ def decision_markdown(decision: Decision | None) -> str:
             if d.saving_seconds is not None
             else ""
         )
+        split = (
+            f": {d.first_call_seconds:.1f} s in the other candidates' "
+            f"first calls (traces, XLA compilations), "
+            f"{d.slow_window_seconds:.1f} s in slower windows"
+            if d.first_call_seconds is not None
+            and d.slow_window_seconds is not None
+            else " (compilations, slower windows)"
+        )
         lines.append(
-            f"The trial cost {d.trial_cost_seconds:.1f} s beyond training "
-            f"on the winner (compilations, slower windows){saving}."
+            f"The trial cost {d.trial_cost_seconds:.1f} s beyond a run on "
+            f"the winner alone{split}{saving}."
         )
     lines += [
         "",

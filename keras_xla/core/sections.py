@@ -173,11 +173,14 @@ class Decision(Section):
     trial_seconds: float | None = None
     speedup_vs_default: float | None = None
     break_even_steps: int | None = None
-    # What the trial cost beyond training on the winner all along
-    # (compilations, slower windows), and what the winner saves against
-    # Keras's default over the rest of the run.
+    # What the trial cost beyond a run on the winner alone: the sum of
+    # the other candidates' first calls (traces, XLA compilations) and the
+    # slower windows' time; and what the winner saves against Keras's
+    # default over the rest of the run.
     trial_cost_seconds: float | None = None
     saving_seconds: float | None = None
+    first_call_seconds: float | None = None
+    slow_window_seconds: float | None = None
 
     @classmethod
     def from_dict(

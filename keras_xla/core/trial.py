@@ -295,7 +295,7 @@ class Trial:
         decision.break_even_steps = steps
         trial_steps = self._calls * self.steps_per_call
         best = medians[winner]
-        decision.trial_cost_seconds = round(self._wall - trial_steps * best, 3)
+        self._cost(decision, winner, best, trial_steps)
         base = medians.get(self.default)
         if base is not None and self.run_steps:
             rest = max(self.run_steps - trial_steps, 0)
@@ -313,6 +313,20 @@ class Trial:
                 "pay back in the steps left)"
             )
         return winner, decision
+
+
+    def _cost(self, decision, winner, best, trial_steps) -> None:
+        """What the trial cost beyond a run on the winner alone, which
+        would have paid the winner's own first call too: the other
+        candidates' first calls (their traces, XLA compilations) and the
+        rest of the trial's time beyond `trial_steps` winner steps (slower
+        steps, each window's switching call)."""
+        excess = {c: self.first_call_excess(c) or 0.0 for c in self._first}
+        firsts = sum(s for c, s in excess.items() if c != winner)
+        slower = self._wall - trial_steps * best - sum(excess.values())
+        decision.first_call_seconds = round(firsts, 3)
+        decision.slow_window_seconds = round(slower, 3)
+        decision.trial_cost_seconds = round(firsts + slower, 3)
 
 
 def _versus_default(winner, default, medians, compile_seconds):
