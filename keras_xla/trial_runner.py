@@ -266,7 +266,7 @@ class TrialRunner:
         if first is None:
             return False
         self._signature = first
-        entry = self.memory.recall(first)
+        entry = self.memory.recall(first, self.trial.run_steps)
         names = {c.name for c in self.trial.candidates}
         if entry is not None and entry["winner"] in names:
             self._recalled = entry
@@ -313,15 +313,25 @@ class TrialRunner:
                 "Raise `trial_budget`, or give the first epoch more steps.",
             )
         self.switch(model, winner)
-        # A winner of a run too short to try XLA holds for short runs
-        # only: a longer run of the same model must try XLA again.
-        whole = trial_lib.PAYBACK not in self.trial.dropped_because.values()
-        if self.memory is not None and self._signature is not None and whole:
-            self.memory.remember(self._signature, winner.name, decision.reason)
+        # A winner of a run too short to try XLA holds for runs up to
+        # this one's length only: a longer run must try XLA again.
+        short = any(
+            b in trial_lib.RUN_LENGTH_DROPS
+            for b in self.trial.dropped_because.values()
+        )
+        if self.memory is not None and self._signature is not None:
+            self.memory.remember(
+                self._signature,
+                winner.name,
+                decision.reason,
+                up_to_steps=self.trial.run_steps if short else None,
+            )
         return Settlement(decision, kept=self._states[winner])
 
     def _finish_recalled(self, model: Any) -> Settlement:
         entry = self._recalled
+        limit = entry.get("up_to_steps")
+        held = f", for runs of up to {limit} steps" if limit else ""
         winner = next(
             c for c in self.trial.candidates if c.name == entry["winner"]
         )
@@ -330,7 +340,8 @@ class TrialRunner:
             "remembered",
             winner.name,
             f"an earlier run's trial ({entry.get('saved_at', '?')}) on the "
-            f"same model, inputs, hardware and versions: {entry['reason']}",
+            f"same model, inputs, hardware and versions{held}: "
+            f"{entry['reason']}",
             [trial_lib.candidate_row(c) for c in self.trial.candidates],
             default=self.trial.default.name,
             trial_steps=self.trial.position * self.trial.steps_per_call,

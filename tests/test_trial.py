@@ -225,6 +225,41 @@ def test_a_compile_that_cannot_pay_back_is_never_tried():
     assert trial.decide()[0] in (X32, X16)
 
 
+def test_an_xla_candidate_predicted_not_to_pay_back_is_never_compiled():
+    # XLA at float32 costs 7 ms and 2 s to compile. The grid predicts XLA
+    # at bfloat16 at 7 * 4 / 6 = 4.67 ms: not clearly slower than the
+    # best 4 ms, but even 1.3x faster than that (3.59 ms) it would save
+    # 0.41 ms a step, 0.4 s over the ~980 steps left of a 1000-step run,
+    # under the 2 s its compile costs: it is never compiled. A run of
+    # 100,000 steps would repay it (41 s): it is tried.
+    A32, A16 = Candidate(False, "float32"), Candidate(False, "mixed_bfloat16")
+    X32, X16 = Candidate(True, "float32"), Candidate(True, "mixed_bfloat16")
+    speed = {A32: 0.006, A16: 0.004, X32: 0.007, X16: 0.0047}
+
+    def seconds(c, first):
+        return speed[c] + (2.0 if first and c.jit else 0.0)
+
+    def trial_of(run_steps):
+        trial = Trial([A32, A16, X32, X16], A32, window_calls=3, rounds=2)
+        trial.run_steps = run_steps
+        return trial, run_plan(trial, seconds)
+
+    trial, records = trial_of(1000)
+    assert X16 not in {r._candidate for r in records}
+    slower = {A32: trial_lib.SLOWER, X32: trial_lib.SLOWER}
+    assert trial.dropped_because == {**slower, X16: trial_lib.PREDICTED_PAYBACK}
+    winner, decision = trial.decide()
+    assert winner == A16
+    assert decision.reason.endswith(
+        "; xla/mixed_bfloat16 not tried (at the speed the other candidates "
+        "predict, its compile could not pay back in the steps left)"
+    )
+    trial, records = trial_of(100_000)
+    assert X16 in {r._candidate for r in records}
+    assert trial.dropped_because == slower
+    assert trial.decide()[0] == A16
+
+
 def test_a_trial_of_two_ends_when_one_is_dropped_and_a_baseline_does_not():
     speed = {A: 0.001, B: 0.004}
     trial = Trial([A, B], A, window_calls=3)
@@ -442,15 +477,9 @@ def test_trial_decides_on_a_short_first_epoch(recommend, tmp_path, monkeypatch):
     recommend("mixed_bfloat16")
     monkeypatch.setenv("KERAS_XLA_CACHE_DIR", str(tmp_path))
     x, y = regression_data(8 * 40)
-    tuner = fit_trial(
-        conv_model(jit_compile=False),
-        x,
-        y,
-        8,
-        1,
-        jit_compile="auto",
-        mixed_precision="auto",
-    )
+    model = conv_model(jit_compile=False)
+    auto = dict(jit_compile="auto", mixed_precision="auto")
+    tuner = fit_trial(model, x, y, 8, 1, **auto)
     decision = tuner.report.decision
     assert decision["status"] == "decided"
     assert len(decision["candidates"]) == 4
@@ -458,13 +487,21 @@ def test_trial_decides_on_a_short_first_epoch(recommend, tmp_path, monkeypatch):
     assert "trial-skipped" not in tuner.report.finding_codes()
     assert tuner.report.epochs[0].steps == 40
     # 40 steps of about 2 ms cannot pay back an XLA compile: neither XLA
-    # candidate runs, and the decision is not kept for longer runs.
+    # candidate runs, and the decision is kept for runs up to 40 steps.
     rows = {c.name: c for c in decision.candidates}
     for name in ("xla/float32", "xla/mixed_bfloat16"):
         assert rows[name].measured_steps == 0
         assert rows[name].dropped_because == trial_lib.PAYBACK
     assert tuner.report.total_compilations == 0
-    assert not (tmp_path / "trial_decisions.json").exists()
+    with open(tmp_path / "trial_decisions.json") as f:
+        (entry,) = json.load(f).values()
+    assert entry["winner"] == decision.winner and entry["up_to_steps"] == 40
+    # A run as long starts on it with no trial; a longer one tries again.
+    again = fit_trial(model, x, y, 8, 1, **auto).report.decision
+    assert again.status == "remembered" and again.winner == decision.winner
+    assert "for runs of up to 40 steps:" in again.reason
+    longer = fit_trial(model, x, y, 8, 2, **auto).report.decision
+    assert longer.status == "decided"
 
 
 def test_trial_skipped_when_the_epoch_is_too_short():

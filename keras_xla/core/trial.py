@@ -35,6 +35,9 @@ DROP_FACTOR = 1.3
 SLOWER = "clearly slower"
 PREDICTED = "predicted clearly slower"
 PAYBACK = "its compile cannot pay back in the steps left"
+PREDICTED_PAYBACK = "predicted not to pay back its compile in the steps left"
+# Drops that hold for this run's length only: a longer run may try them.
+RUN_LENGTH_DROPS = (PAYBACK, PREDICTED_PAYBACK)
 # The share of the only measured first call that bounds a compile.
 SINGLE_TRACE = 0.5
 
@@ -161,7 +164,7 @@ class Trial:
         if not measured:
             return
         best = min(medians[c] for c in measured)
-        slow = {c: PAYBACK for c in self.cannot_pay_back(live, best)}
+        slow = {}
         if len(measured) >= 2:  # slower than what, otherwise?
             for c in measured:
                 if min(self._seconds[c]) > DROP_FACTOR * best:
@@ -169,7 +172,10 @@ class Trial:
             for c in live:
                 guess = None if c in medians else self._predicted(c, medians)
                 if guess is not None and guess > DROP_FACTOR * best:
-                    slow.setdefault(c, PREDICTED)
+                    slow[c] = PREDICTED
+        # (Clearly slower holds for any run length; these for this one.)
+        for c, because in self.cannot_pay_back(live, best, medians).items():
+            slow.setdefault(c, because)
         if not slow:
             return
         for c, because in slow.items():
@@ -182,28 +188,51 @@ class Trial:
             rest = []
         self.plan = self.plan[: self.position] + rest
 
-    def cannot_pay_back(self, live: list, best: float) -> list:
+    def cannot_pay_back(self, live: list, best: float, medians: dict) -> dict:
         """Unmeasured XLA candidates whose compile the run's steps left
-        cannot pay back even if their step took no time at all: those
-        steps at the best measured median take less than tracing the step
-        took a measured candidate (a new XLA step function traces the
-        same step before it compiles). Measured on this CPU, an XLA first
-        call cost 1.2-2.7x the cheapest no-XLA one after it, and 0.9-1.6x
-        the first candidate's, whose first call also pays the fit's start:
+        cannot pay back, each with why (`PAYBACK`, `PREDICTED_PAYBACK`).
+
+        Even if their step took no time at all (`PAYBACK`): those steps
+        at the best measured median take less than tracing the step took
+        a measured candidate (a new XLA step function traces the same
+        step before it compiles). Measured on this CPU, an XLA first call
+        cost 1.2-2.7x the cheapest no-XLA one after it, and 0.9-1.6x the
+        first candidate's, whose first call also pays the fit's start:
         with one first call measured, half of it is the bound.
-        Auto-clustering reuses the traced step and is not judged here."""
+
+        At the speed the XLA x precision grid predicts
+        (`PREDICTED_PAYBACK`), given the same margin the trial gives a
+        prediction of "clearly slower" (`DROP_FACTOR`, here in its
+        favour): what it would save a step against the best median, over
+        the steps left, is less than the cheapest measured XLA first call
+        (the other XLA candidate's, of the same step at the other
+        precision). Auto-clustering reuses the traced step and is not
+        judged here."""
         traces = [
             t
             for c in self._first
             if (t := self.first_call_excess(c)) is not None
         ]
         if not self.run_steps or not traces:
-            return []
+            return {}
         bound = min(traces) if len(traces) > 1 else SINGLE_TRACE * traces[0]
         left = self.run_steps - self._calls * self.steps_per_call
-        if left * best >= bound:
-            return []
-        return [c for c in live if c not in self._first and c.jit]
+        untried = [c for c in live if c not in self._first and c.jit]
+        if left * best < bound:
+            return {c: PAYBACK for c in untried}
+        compiles = [
+            t
+            for c in self._first
+            if c.jit and (t := self.first_call_excess(c)) is not None
+        ]
+        out = {}
+        for c in untried:
+            guess = self._predicted(c, medians)
+            if guess is None or not compiles:
+                continue
+            if (best - guess / DROP_FACTOR) * left < min(compiles):
+                out[c] = PREDICTED_PAYBACK
+        return out
 
     def _predicted(self, c: Candidate, medians: dict) -> float | None:
         """An unmeasured candidate's median from the other three corners
@@ -304,16 +333,18 @@ class Trial:
         decision.reason = ", ".join(
             f"{c.name} {medians[c] * 1000:.2f} ms" for c in ranked
         )
-        unpaid = [
-            c.name for c, b in self.dropped_because.items() if b == PAYBACK
-        ]
-        if unpaid:
-            decision.reason += (
-                f"; {', '.join(unpaid)} not tried (an XLA compile could not "
-                "pay back in the steps left)"
-            )
+        why = {
+            PAYBACK: "an XLA compile could not pay back in the steps left",
+            PREDICTED_PAYBACK: "at the speed the other candidates predict, "
+            "its compile could not pay back in the steps left",
+        }
+        for because, text in why.items():
+            unpaid = [
+                c.name for c, b in self.dropped_because.items() if b == because
+            ]
+            if unpaid:
+                decision.reason += f"; {', '.join(unpaid)} not tried ({text})"
         return winner, decision
-
 
     def _cost(self, decision, winner, best, trial_steps) -> None:
         """What the trial cost beyond a run on the winner alone, which

@@ -76,14 +76,31 @@ class DecisionMemory:
         text = json.dumps({**self._base, "inputs": inputs}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
-    def recall(self, signature: Any) -> dict | None:
-        """The remembered entry (`winner`, `reason`, `saved_at`), or None."""
+    def recall(
+        self, signature: Any, run_steps: int | None = None
+    ) -> dict | None:
+        """The remembered entry (`winner`, `reason`, `saved_at`, and
+        `up_to_steps` where it holds for runs that long only), or None,
+        also when this run of `run_steps` (None: unknown) is longer than
+        its `up_to_steps`."""
         entry = json_files.read_object(self.path).get(self.key(signature))
-        return (
-            entry if isinstance(entry, dict) and entry.get("winner") else None
-        )
+        if not isinstance(entry, dict) or not entry.get("winner"):
+            return None
+        limit = entry.get("up_to_steps")
+        if isinstance(limit, int) and (run_steps is None or run_steps > limit):
+            return None
+        return entry
 
-    def remember(self, signature: Any, winner: str, reason: str) -> None:
+    def remember(
+        self,
+        signature: Any,
+        winner: str,
+        reason: str,
+        up_to_steps: int | None = None,
+    ) -> None:
+        """Keeps `winner` for this key; `up_to_steps` when it holds for
+        runs up to that many steps only (an XLA candidate was not tried
+        because it could not pay back in this run's steps)."""
         data = json_files.read_object(self.path)
         data[self.key(signature)] = {
             "base": self.base,
@@ -91,6 +108,8 @@ class DecisionMemory:
             "reason": reason,
             "saved_at": time.strftime("%Y-%m-%d %H:%M:%S"),
         }
+        if up_to_steps is not None:
+            data[self.key(signature)]["up_to_steps"] = int(up_to_steps)
         try:
             json_files.write(self.path, data)
         except OSError as error:
