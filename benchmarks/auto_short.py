@@ -32,6 +32,10 @@ from keras_xla.core.render import format_table  # noqa: E402
 WAYS = ("no XLA", "XLA", "auto", "auto, rule off")
 
 
+def _tries_every_candidate(self, live, best, medians):
+    return {}
+
+
 def fit(way, x, y):
     """Wall seconds of one fit, and the XLA compilations it made."""
     model = vt.compiled(vt.residual_mlp, way == "XLA")
@@ -46,7 +50,7 @@ def fit(way, x, y):
         )
         callbacks = [tuner]
         if way == "auto, rule off":
-            trial_lib.Trial.cannot_pay_back = lambda self, live, best, medians: {}
+            trial_lib.Trial.cannot_pay_back = _tries_every_candidate
     start = time.perf_counter()
     try:
         vt.quiet_fit(model, x, y, callbacks)
