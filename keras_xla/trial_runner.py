@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from keras_xla.configurations import ModelState, configure, plan_candidates
+from keras_xla.core import drop_rules, trial_budget
 from keras_xla.core import trial as trial_lib
-from keras_xla.core import trial_budget
 from keras_xla.core.report import BaselineSection, Decision
 from keras_xla.core.trial import Candidate, Trial
 from keras_xla.tf_backend.decision_memory import DecisionMemory
@@ -316,7 +316,7 @@ class TrialRunner:
         # A winner of a run too short to try XLA holds for runs up to
         # this one's length only: a longer run must try XLA again.
         short = any(
-            b in trial_lib.RUN_LENGTH_DROPS
+            b in drop_rules.RUN_LENGTH_DROPS
             for b in self.trial.dropped_because.values()
         )
         if self.memory is not None and self._signature is not None:

@@ -15,6 +15,7 @@ from keras_xla.core.report import Decision
 CORE = (
     "accounting",
     "compare",
+    "drop_rules",
     "findings",
     "lints",
     "render",
@@ -23,6 +24,7 @@ CORE = (
     "signatures",
     "timing",
     "trial",
+    "trial_budget",
     "verdict",
 )
 
@@ -106,11 +108,11 @@ def test_trial_runner_settles_without_a_fit():
 
 
 def test_trial_runner_switches_and_decides_on_records(monkeypatch):
-    from keras_xla.core import trial as trial_lib
+    from keras_xla.core import drop_rules
     from keras_xla.core.timing import StepRecord
 
     # Rotation, not dropping: every window runs.
-    monkeypatch.setattr(trial_lib, "DROP_FACTOR", float("inf"))
+    monkeypatch.setattr(drop_rules, "DROP_FACTOR", float("inf"))
     model = StubModel()
     runner = trial_runner.plan(
         model, request(budget=18), trial_runner.ModelState(model), None

@@ -133,7 +133,7 @@ def test_auto_clustering_is_a_trial_candidate(tmp_path):
     # and the compile count equals the profiler's. The run has 40 steps of
     # about 2 ms: jit_compile's compile (tracing the step again) cannot
     # pay back in what is left, so it is never tried.
-    from keras_xla.core.trial import PAYBACK
+    from keras_xla.core.drop_rules import PAYBACK
 
     out = run_child(tmp_path, "--tf_xla_cpu_global_jit", "auto")
     assert out["candidates"] == [

@@ -8,8 +8,7 @@ import pytest
 from conftest import conv_model, regression_data
 
 from keras_xla import trial_runner
-from keras_xla.core import trial as trial_lib
-from keras_xla.core import trial_budget
+from keras_xla.core import drop_rules, trial_budget
 from keras_xla.core.timing import StepRecord
 from keras_xla.core.trial import Candidate, Trial
 from keras_xla.tf_backend import precision as precision_lib
@@ -204,7 +203,7 @@ def test_a_compile_that_cannot_pay_back_is_never_tried():
     trial, records = trial_of(40)
     assert {r._candidate for r in records} == {A32, A16}
     assert trial.dropped == {X32: 3, X16: 3}
-    assert set(trial.dropped_because.values()) == {trial_lib.PAYBACK}
+    assert set(trial.dropped_because.values()) == {drop_rules.PAYBACK}
     winner, decision = trial.decide()
     assert winner == A16 and decision.status == "decided"
     assert decision.reason.endswith(
@@ -212,7 +211,7 @@ def test_a_compile_that_cannot_pay_back_is_never_tried():
         "not pay back in the steps left)"
     )
     rows = {r.name: r for r in decision.candidates}
-    assert rows[X32.name].dropped_because == trial_lib.PAYBACK
+    assert rows[X32.name].dropped_because == drop_rules.PAYBACK
     # jit_compile="auto" alone: two candidates, and the same rule.
     pair = Trial([A32, X32], A32, window_calls=3, rounds=2)
     pair.run_steps = 40
@@ -221,7 +220,7 @@ def test_a_compile_that_cannot_pay_back_is_never_tried():
     # A run of 1000 steps leaves 5 s: XLA is tried, and wins.
     trial, records = trial_of(1000)
     assert X32 in {r._candidate for r in records}
-    assert trial_lib.PAYBACK not in trial.dropped_because.values()
+    assert drop_rules.PAYBACK not in trial.dropped_because.values()
     assert trial.decide()[0] in (X32, X16)
 
 
@@ -246,8 +245,11 @@ def test_an_xla_candidate_predicted_not_to_pay_back_is_never_compiled():
 
     trial, records = trial_of(1000)
     assert X16 not in {r._candidate for r in records}
-    slower = {A32: trial_lib.SLOWER, X32: trial_lib.SLOWER}
-    assert trial.dropped_because == {**slower, X16: trial_lib.PREDICTED_PAYBACK}
+    slower = {A32: drop_rules.SLOWER, X32: drop_rules.SLOWER}
+    assert trial.dropped_because == {
+        **slower,
+        X16: drop_rules.PREDICTED_PAYBACK,
+    }
     winner, decision = trial.decide()
     assert winner == A16
     assert decision.reason.endswith(
@@ -491,7 +493,7 @@ def test_trial_decides_on_a_short_first_epoch(recommend, tmp_path, monkeypatch):
     rows = {c.name: c for c in decision.candidates}
     for name in ("xla/float32", "xla/mixed_bfloat16"):
         assert rows[name].measured_steps == 0
-        assert rows[name].dropped_because == trial_lib.PAYBACK
+        assert rows[name].dropped_because == drop_rules.PAYBACK
     assert tuner.report.total_compilations == 0
     with open(tmp_path / "trial_decisions.json") as f:
         (entry,) = json.load(f).values()
@@ -538,7 +540,7 @@ def test_trial_decides_on_a_ten_step_run_in_one_round():
     assert decision.status == "decided" and decision.winner == "no_xla/float32"
     assert decision.trial_steps == 3
     rows = {c.name: c for c in decision.candidates}
-    assert rows["xla/float32"].dropped_because == trial_lib.PAYBACK
+    assert rows["xla/float32"].dropped_because == drop_rules.PAYBACK
     assert tuner.report.total_compilations == 0
     assert int(model.optimizer.iterations.numpy()) == 10
     assert "trial-skipped" not in tuner.report.finding_codes()
@@ -631,7 +633,7 @@ def test_trial_with_steps_per_execution_counts_steps_not_calls(
     from keras_xla import XLATuner
 
     # Counting, not dropping: every candidate gets all its windows.
-    monkeypatch.setattr(trial_lib, "DROP_FACTOR", float("inf"))
+    monkeypatch.setattr(drop_rules, "DROP_FACTOR", float("inf"))
     model = conv_model(steps_per_execution=2, jit_compile=False)
     x, y = regression_data(32 * 60)
     # 36 steps = 18 calls of 2 steps: 3 rounds x 2 candidates x 3 calls.
@@ -717,7 +719,7 @@ def test_trial_spans_epochs_when_the_first_is_short(monkeypatch, xla_tried):
     # Epochs of 10 steps, 4 epochs: two candidates need 12 steps (2 rounds
     # x 2 x 3 calls), more than one epoch holds: the trial goes on into
     # the second epoch and decides there.
-    monkeypatch.setattr(trial_lib, "DROP_FACTOR", float("inf"))
+    monkeypatch.setattr(drop_rules, "DROP_FACTOR", float("inf"))
     model = conv_model(jit_compile=False)
     x, y = regression_data(32 * 10)
     tuner = fit_trial(model, x, y, 32, 4, jit_compile="auto")

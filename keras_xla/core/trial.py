@@ -12,8 +12,10 @@ window (it pays a switch, and the candidate's compilation in its first
 window) and any call that compiled or traced is left out of the timing.
 The fastest candidate by median step time trains the rest of the run.
 
-This module is the schedule and the decision, pure Python; putting the
-live model in a candidate's configuration is `keras_xla.trial_runner`'s.
+This module is the schedule, the measurements and the decision, pure
+Python; which candidates get no more windows is `drop_rules`', and
+putting the live model in a candidate's configuration is
+`keras_xla.trial_runner`'s.
 """
 
 from __future__ import annotations
@@ -23,23 +25,13 @@ import math
 import statistics
 from typing import Any
 
+from keras_xla.core import drop_rules
+from keras_xla.core.drop_rules import PAYBACK, PREDICTED_PAYBACK
 from keras_xla.core.report import CandidateResult, Decision
 from keras_xla.core.timing import ms
 from keras_xla.core.trial_budget import ROUNDS
 
 AUTO = "auto"
-# A candidate whose fastest timed step is this much slower than the best
-# candidate's median is clearly slower: it gets no more windows.
-DROP_FACTOR = 1.3
-# Why a candidate got no more windows (`CandidateResult.dropped_because`).
-SLOWER = "clearly slower"
-PREDICTED = "predicted clearly slower"
-PAYBACK = "its compile cannot pay back in the steps left"
-PREDICTED_PAYBACK = "predicted not to pay back its compile in the steps left"
-# Drops that hold for this run's length only: a longer run may try them.
-RUN_LENGTH_DROPS = (PAYBACK, PREDICTED_PAYBACK)
-# The share of the only measured first call that bounds a compile.
-SINGLE_TRACE = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,15 +156,8 @@ class Trial:
         if not measured:
             return
         best = min(medians[c] for c in measured)
-        slow = {}
-        if len(measured) >= 2:  # slower than what, otherwise?
-            for c in measured:
-                if min(self._seconds[c]) > DROP_FACTOR * best:
-                    slow[c] = SLOWER
-            for c in live:
-                guess = None if c in medians else self._predicted(c, medians)
-                if guess is not None and guess > DROP_FACTOR * best:
-                    slow[c] = PREDICTED
+        seconds = self._seconds
+        slow = drop_rules.slower(live, medians, seconds, self.candidates)
         # (Clearly slower holds for any run length; these for this one.)
         for c, because in self.cannot_pay_back(live, best, medians).items():
             slow.setdefault(c, because)
@@ -189,69 +174,24 @@ class Trial:
         self.plan = self.plan[: self.position] + rest
 
     def cannot_pay_back(self, live: list, best: float, medians: dict) -> dict:
-        """Unmeasured XLA candidates whose compile the run's steps left
-        cannot pay back, each with why (`PAYBACK`, `PREDICTED_PAYBACK`).
-
-        Even if their step took no time at all (`PAYBACK`): those steps
-        at the best measured median take less than tracing the step took
-        a measured candidate (a new XLA step function traces the same
-        step before it compiles). Measured on this CPU, an XLA first call
-        cost 1.2-2.7x the cheapest no-XLA one after it, and 0.9-1.6x the
-        first candidate's, whose first call also pays the fit's start:
-        with one first call measured, half of it is the bound.
-
-        At the speed the XLA x precision grid predicts
-        (`PREDICTED_PAYBACK`), given the same margin the trial gives a
-        prediction of "clearly slower" (`DROP_FACTOR`, here in its
-        favour): what it would save a step against the best median, over
-        the steps left, is less than the cheapest measured XLA first call
-        (the other XLA candidate's, of the same step at the other
-        precision). Auto-clustering reuses the traced step and is not
-        judged here."""
-        traces = [
-            t
+        """The live XLA candidates not yet run whose compile the run's
+        steps left cannot pay back (`drop_rules.cannot_pay_back`), each
+        with why. Auto-clustering reuses the traced step: not judged."""
+        if not self.run_steps:
+            return {}
+        excess = {
+            c: t
             for c in self._first
             if (t := self.first_call_excess(c)) is not None
-        ]
-        if not self.run_steps or not traces:
-            return {}
-        bound = min(traces) if len(traces) > 1 else SINGLE_TRACE * traces[0]
-        left = self.run_steps - self._calls * self.steps_per_call
-        untried = [c for c in live if c not in self._first and c.jit]
-        if left * best < bound:
-            return {c: PAYBACK for c in untried}
-        compiles = [
-            t
-            for c in self._first
-            if c.jit and (t := self.first_call_excess(c)) is not None
-        ]
-        out = {}
-        for c in untried:
-            guess = self._predicted(c, medians)
-            if guess is None or not compiles:
-                continue
-            if (best - guess / DROP_FACTOR) * left < min(compiles):
-                out[c] = PREDICTED_PAYBACK
-        return out
-
-    def _predicted(self, c: Candidate, medians: dict) -> float | None:
-        """An unmeasured candidate's median from the other three corners
-        of the XLA x precision grid (each factor acting alone: its XLA
-        setting at the other policy, times the other setting at its
-        policy, over the other setting at the other policy)."""
-        policies = {x.policy for x in self.candidates}
-        if c.clustering is not None or len(policies) != 2:
-            return None
-        (other,) = policies - {c.policy}
-        corners = (
-            Candidate(c.jit, other),
-            Candidate(not c.jit, c.policy),
-            Candidate(not c.jit, other),
+        }
+        return drop_rules.cannot_pay_back(
+            untried=[c for c in live if c not in self._first and c.jit],
+            left=self.run_steps - self._calls * self.steps_per_call,
+            best=best,
+            traces=list(excess.values()),
+            compiles=[t for c, t in excess.items() if c.jit],
+            predict=lambda c: drop_rules.predicted(c, self.candidates, medians),
         )
-        if not all(k in medians for k in corners):
-            return None
-        a, b, base = (medians[k] for k in corners)
-        return a * b / base
 
     def new_epoch(self) -> None:
         """The epoch's records were handed over: count from zero."""

@@ -5,7 +5,10 @@ kept in a small JSON file, keyed by everything that makes it valid. The
 model (its class and every weight's path, shape and dtype), the input
 signature of its first step, the hardware (CPU model, devices), the
 TensorFlow and Keras versions, the candidates and `steps_per_execution`.
-Any change of these is a different key, and the trial runs again.
+Any change of these is a different key, and the trial runs again. A
+decision made without trying an XLA candidate, because its compile could
+not pay back in that run's steps, holds for runs up to that length only
+(`up_to_steps`); a longer or unknown-length run tries again.
 
 The file is `trial_decisions.json` beside the compile cache when one is
 in force, else in keras_xla's machine cache (`KERAS_XLA_CACHE_DIR`, or

@@ -1,0 +1,118 @@
+"""Which trial candidates get no more windows, and why.
+
+Pure functions of the trial's measurements (`keras_xla.core.trial` owns
+them and applies what these return at each window boundary):
+
+- a measured candidate whose fastest timed step is clearly slower than
+  the best measured median (`DROP_FACTOR`): `SLOWER`;
+- an unmeasured one whose median the XLA x precision grid predicts
+  clearly slower: `PREDICTED` (it is never compiled);
+- an unmeasured XLA candidate whose compile the run's steps left cannot
+  pay back, even at zero step time (`PAYBACK`) or at the speed the grid
+  predicts (`PREDICTED_PAYBACK`).
+
+The first two hold for any run length; the last two for this run's
+(`RUN_LENGTH_DROPS`), so a decision made with them holds for runs up to
+that length only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+# A candidate whose fastest timed step is this much slower than the best
+# candidate's median is clearly slower: it gets no more windows.
+DROP_FACTOR = 1.3
+# Why a candidate got no more windows (`CandidateResult.dropped_because`).
+SLOWER = "clearly slower"
+PREDICTED = "predicted clearly slower"
+PAYBACK = "its compile cannot pay back in the steps left"
+PREDICTED_PAYBACK = "predicted not to pay back its compile in the steps left"
+# Drops that hold for this run's length only: a longer run may try them.
+RUN_LENGTH_DROPS = (PAYBACK, PREDICTED_PAYBACK)
+# The share of the only measured first call that bounds a compile.
+SINGLE_TRACE = 0.5
+
+
+def slower(
+    live: list, medians: dict, seconds: dict, candidates: list
+) -> dict[Any, str]:
+    """`SLOWER` and `PREDICTED` drops among `live`, given each measured
+    candidate's median and timed steps (`seconds`); none under two
+    measured candidates (slower than what?)."""
+    measured = [c for c in live if c in medians]
+    if len(measured) < 2:
+        return {}
+    best = min(medians[c] for c in measured)
+    out = {}
+    for c in measured:
+        if min(seconds[c]) > DROP_FACTOR * best:
+            out[c] = SLOWER
+    for c in live:
+        guess = None if c in medians else predicted(c, candidates, medians)
+        if guess is not None and guess > DROP_FACTOR * best:
+            out[c] = PREDICTED
+    return out
+
+
+def cannot_pay_back(
+    untried: list,
+    left: int,
+    best: float,
+    traces: list,
+    compiles: list,
+    predict: Any,
+) -> dict[Any, str]:
+    """The untried XLA candidates whose compile `left` steps cannot pay
+    back, each with why.
+
+    Even if their step took no time at all (`PAYBACK`): those steps at the
+    `best` measured median take less than tracing the step took a measured
+    candidate (`traces`: measured first calls' excess; a new XLA step
+    function traces the same step before it compiles). Measured on this
+    CPU, an XLA first call cost 1.2-2.7x the cheapest no-XLA one after it,
+    and 0.9-1.6x the first candidate's, whose first call also pays the
+    fit's start: with one first call measured, half of it is the bound.
+
+    At the speed the grid predicts (`predict(c)`, None where it cannot)
+    with the margin the trial gives a prediction of "clearly slower"
+    (`DROP_FACTOR`, here in its favour): what it would save a step against
+    `best`, over the steps left, is less than the cheapest measured XLA
+    first call (`compiles`: the other XLA candidate's, the same step at
+    the other precision), so it is `PREDICTED_PAYBACK`.
+    """
+    if not traces:
+        return {}
+    bound = min(traces) if len(traces) > 1 else SINGLE_TRACE * traces[0]
+    if left * best < bound:
+        return {c: PAYBACK for c in untried}
+    out = {}
+    for c in untried:
+        guess = predict(c)
+        if guess is None or not compiles:
+            continue
+        if (best - guess / DROP_FACTOR) * left < min(compiles):
+            out[c] = PREDICTED_PAYBACK
+    return out
+
+
+def predicted(c: Any, candidates: list, medians: dict) -> float | None:
+    """An unmeasured candidate's median from the other three corners of
+    the XLA x precision grid (each factor acting alone: its XLA setting at
+    the other policy, times the other setting at its policy, over the
+    other setting at the other policy)."""
+    policies = {x.policy for x in candidates}
+    if c.clustering is not None or len(policies) != 2:
+        return None
+    (other,) = policies - {c.policy}
+    flipped = dataclasses.replace(c, jit=not c.jit)
+    corners = (
+        dataclasses.replace(c, policy=other),
+        flipped,
+        dataclasses.replace(flipped, policy=other),
+    )
+    if not all(k in medians for k in corners):
+        return None
+    a, b, base = (medians[k] for k in corners)
+    return a * b / base
