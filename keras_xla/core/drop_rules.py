@@ -36,15 +36,15 @@ SINGLE_TRACE = 0.5
 
 
 def slower(
-    live: list, medians: dict, seconds: dict, candidates: list
+    live: list, best: float, medians: dict, seconds: dict, candidates: list
 ) -> dict[Any, str]:
-    """`SLOWER` and `PREDICTED` drops among `live`, given each measured
-    candidate's median and timed steps (`seconds`); none under two
-    measured candidates (slower than what?)."""
+    """`SLOWER` and `PREDICTED` drops among `live` against the `best`
+    measured median, given each measured candidate's median and timed
+    steps (`seconds`); none under two measured candidates (slower than
+    what?)."""
     measured = [c for c in live if c in medians]
     if len(measured) < 2:
         return {}
-    best = min(medians[c] for c in measured)
     out = {}
     for c in measured:
         if min(seconds[c]) > DROP_FACTOR * best:

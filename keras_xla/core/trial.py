@@ -156,8 +156,9 @@ class Trial:
         if not measured:
             return
         best = min(medians[c] for c in measured)
-        seconds = self._seconds
-        slow = drop_rules.slower(live, medians, seconds, self.candidates)
+        slow = drop_rules.slower(
+            live, best, medians, self._seconds, self.candidates
+        )
         # (Clearly slower holds for any run length; these for this one.)
         for c, because in self.cannot_pay_back(live, best, medians).items():
             slow.setdefault(c, because)
