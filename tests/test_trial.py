@@ -227,10 +227,11 @@ def test_a_compile_that_cannot_pay_back_is_never_tried():
 def test_an_xla_candidate_predicted_not_to_pay_back_is_never_compiled():
     # XLA at float32 costs 7 ms and 2 s to compile. The grid predicts XLA
     # at bfloat16 at 7 * 4 / 6 = 4.67 ms: not clearly slower than the
-    # best 4 ms, but even 1.3x faster than that (3.59 ms) it would save
-    # 0.41 ms a step, 0.4 s over the ~980 steps left of a 1000-step run,
-    # under the 2 s its compile costs: it is never compiled. A run of
-    # 100,000 steps would repay it (41 s): it is tried.
+    # best 4 ms. Anywhere from 1.3x faster to 1.3x slower than that
+    # (3.59-6.07 ms), it is expected to save 0.034 ms a step: 0.03 s over
+    # the ~980 steps left of a 1000-step run, under the 2 s its compile
+    # costs, so it is never compiled. Over a 100,000-step run that is
+    # 3.4 s: it is tried.
     A32, A16 = Candidate(False, "float32"), Candidate(False, "mixed_bfloat16")
     X32, X16 = Candidate(True, "float32"), Candidate(True, "mixed_bfloat16")
     speed = {A32: 0.006, A16: 0.004, X32: 0.007, X16: 0.0047}
@@ -254,12 +255,48 @@ def test_an_xla_candidate_predicted_not_to_pay_back_is_never_compiled():
     assert winner == A16
     assert decision.reason.endswith(
         "; xla/mixed_bfloat16 not tried (at the speed the other candidates "
-        "predict, its compile could not pay back in the steps left)"
+        "predict, its compile is not expected to pay back in the steps left)"
     )
     trial, records = trial_of(100_000)
     assert X16 in {r._candidate for r in records}
     assert trial.dropped_because == slower
     assert trial.decide()[0] == A16
+
+
+def test_the_expected_saving_of_a_prediction_weighs_its_error_band():
+    # Uniform from 1.3x faster to 1.3x slower than predicted; a step
+    # slower than the best saves nothing.
+    assert drop_rules.expected_saving(0.4, 0.6) == 0.0
+    # Predicted at 10 ms against a best of 10 ms: the fast half of the
+    # band (7.69-10 ms, 43% of it) saves 1.15 ms on average: 0.50 ms.
+    assert drop_rules.expected_saving(0.010, 0.010) == pytest.approx(
+        (0.010 - 0.010 / 1.3) ** 2 / (2 * (0.013 - 0.010 / 1.3))
+    )
+    assert drop_rules.expected_saving(0.010, 0.010) == pytest.approx(
+        0.000502, abs=1e-6
+    )
+    # The whole band faster than the best: the best less the band's mean.
+    assert drop_rules.expected_saving(0.020, 0.010) == pytest.approx(
+        0.020 - (0.010 / 1.3 + 0.013) / 2
+    )
+    # The ResNet-50 run this rule was written for (2-core CPU): XLA at
+    # bfloat16 predicted at 510 ms against the best's 467 ms, 282 steps
+    # left, and XLA at float32's first call took 16.6 s. Counting only the
+    # band's fast end (392 ms) it would save 21 s and was compiled; it ran
+    # at 640 ms. Its expected saving is 10.3 ms a step, 2.9 s in all.
+    xla16 = Candidate(True, "mixed_bfloat16")
+    drops = drop_rules.cannot_pay_back(
+        untried=[xla16],
+        left=282,
+        best=0.467,
+        traces=[19.8, 9.5, 16.6],
+        compiles=[16.6],
+        predict=lambda c: 0.510,
+    )
+    assert drops == {xla16: drop_rules.PREDICTED_PAYBACK}
+    assert drop_rules.expected_saving(0.467, 0.510) * 282 == pytest.approx(
+        2.9, abs=0.05
+    )
 
 
 def test_a_trial_of_two_ends_when_one_is_dropped_and_a_baseline_does_not():

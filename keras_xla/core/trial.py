@@ -277,7 +277,7 @@ class Trial:
         why = {
             PAYBACK: "an XLA compile could not pay back in the steps left",
             PREDICTED_PAYBACK: "at the speed the other candidates predict, "
-            "its compile could not pay back in the steps left",
+            "its compile is not expected to pay back in the steps left",
         }
         for because, text in why.items():
             unpaid = [
