@@ -19,6 +19,7 @@ that length only.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 # A candidate whose fastest timed step is this much slower than the best
@@ -111,6 +112,8 @@ def expected_saving(best: float, guess: float) -> float:
     saving still compiles one on a run long enough for that chance to
     pay.
     """
+    if math.isinf(DROP_FACTOR):  # no band: only `PAYBACK`'s bound holds
+        return best
     low, high = guess / DROP_FACTOR, guess * DROP_FACTOR
     if best <= low:
         return 0.0
