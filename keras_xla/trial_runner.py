@@ -157,8 +157,9 @@ def plan(
             f"its budget is {budget} step{'s' * (budget != 1)} (trial_budget="
             f"{request.budget!r} of {steps}); {len(candidates)} "
             f"candidates need at least {need}",
-            f"Raise `trial_budget` to {need} steps or more, or set "
-            "`jit_compile` and `mixed_precision` explicitly.",
+            f"A run of {need} steps or more lets it decide (it may take the"
+            " whole run); or set `jit_compile` and `mixed_precision` "
+            "explicitly.",
         )
     if problem is not None:
         decision = Decision("skipped", None, "", rows)

@@ -331,11 +331,16 @@ def test_budget_and_window_size():
     assert trial_budget.minimum_steps(4, 2, rounds=2) == 48  # 2 x 4 x 3 x 2
     assert trial_budget.minimum_steps(4, 2) == 24  # one round
     # A short run: raised to two rounds where they fit in 0.6 of the run,
-    # else to one; a run too short for one keeps its budget (and skips).
+    # else to one where the run holds it; a run too short for one keeps
+    # its budget (and skips).
     run = trial_budget.run_budget
     assert run(0.25, 40, 1, 4, 1) == 24
     assert run(0.25, 20, 1, 4, 1) == 12
+    assert run(0.25, 16, 1, 4, 1) == 12
+    assert run(0.25, 12, 1, 4, 1) == 12
+    assert run(0.25, 11, 1, 4, 1) == 2
     assert run(0.25, 10, 1, 2, 1) == 6
+    assert run(0.25, 6, 1, 2, 1) == 6
     assert run(0.25, 5, 1, 2, 1) == 1
     assert run(0.25, 10, 3, 2, 1) == 12  # 30 steps in the run
     for bad in (0, -1, 0.0, 1.5, "a", True):
@@ -546,8 +551,8 @@ def test_trial_decides_on_a_short_first_epoch(recommend, tmp_path, monkeypatch):
 def test_trial_skipped_when_the_epoch_is_too_short():
     from keras_xla import XLATuner
 
-    # 5 steps: two candidates need 6 (one round of 3 calls each), over
-    # 0.6 of the run.
+    # 5 steps: two candidates need 6 (one round of 3 calls each), more
+    # than the run has.
     model = conv_model(jit_compile=False)
     x, y = regression_data(32 * 5)
     tuner = XLATuner(jit_compile="auto", verbose=0)
@@ -580,6 +585,36 @@ def test_trial_decides_on_a_ten_step_run_in_one_round():
     assert rows["xla/float32"].dropped_because == drop_rules.PAYBACK
     assert tuner.report.total_compilations == 0
     assert int(model.optimizer.iterations.numpy()) == 10
+    assert "trial-skipped" not in tuner.report.finding_codes()
+
+
+def test_four_candidates_decide_on_a_run_that_holds_one_round(recommend):
+    from keras_xla import XLATuner
+
+    # 14 steps, four candidates: one round (12 steps) is over 0.6 of the
+    # run but fits in it. The steps left after the first no-XLA window
+    # cannot pay back an XLA compile: both XLA candidates are dropped
+    # before they compile, and the trial ends after the second window.
+    recommend("mixed_bfloat16")
+    model = conv_model(jit_compile=False)
+    x, y = regression_data(32 * 14)
+    tuner = XLATuner(
+        jit_compile="auto",
+        mixed_precision="auto",
+        verbose=0,
+        trial_memory=False,
+    )
+    model.fit(x, y, batch_size=32, epochs=1, callbacks=[tuner], verbose=0)
+    decision = tuner.report.decision
+    assert decision.status == "decided"
+    assert decision.winner in ("no_xla/float32", "no_xla/mixed_bfloat16")
+    assert decision.trial_steps == 6
+    rows = {c.name: c for c in decision.candidates}
+    for name in ("xla/float32", "xla/mixed_bfloat16"):
+        assert rows[name].dropped_because == drop_rules.PAYBACK
+        assert rows[name].measured_steps == 0
+    assert tuner.report.total_compilations == 0
+    assert int(model.optimizer.iterations.numpy()) == 14
     assert "trial-skipped" not in tuner.report.finding_codes()
 
 

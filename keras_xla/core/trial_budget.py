@@ -12,7 +12,11 @@ MIN_ROUNDS = 2  # on a short budget
 SHORT_ROUNDS = 1  # on a run too short for two
 MIN_WINDOW_CALLS = 3  # one warm-up call and at least two timed calls
 MAX_WINDOW_CALLS = 25
-# A short first epoch: the trial may take up to this share of the run.
+# A short run: two rounds may take up to this share of it. One round,
+# the fewest steps that decide at all, may take all of it: every trial
+# step is a training step, a clearly slower candidate ends its part
+# early, and an XLA candidate whose compile cannot pay back in the steps
+# left is dropped before it compiles.
 MAX_RUN_SHARE = 0.6
 
 
@@ -76,15 +80,16 @@ def run_budget(
     steps_per_call: int,
 ) -> int | None:
     """The trial's steps for `n` candidates: `trial_budget`, raised to the
-    fewest steps of two rounds, or else of one round, when they are at
-    most `MAX_RUN_SHARE` of the run (the trial then spans epochs if the
-    first is shorter); None when the epoch length is unknown."""
+    fewest steps of two rounds when they are at most `MAX_RUN_SHARE` of
+    the run, or else of one round when the run holds them (the trial then
+    spans epochs if the first is shorter); None when the epoch length is
+    unknown."""
     steps = budget_steps(budget, epoch_steps)
     if steps is None or not epoch_steps:
         return steps
     run = epoch_steps * (epochs or 1)
-    for rounds in (MIN_ROUNDS, SHORT_ROUNDS):
+    for rounds, share in ((MIN_ROUNDS, MAX_RUN_SHARE), (SHORT_ROUNDS, 1.0)):
         need = minimum_steps(n, steps_per_call, rounds)
-        if steps < need <= MAX_RUN_SHARE * run:
+        if steps < need <= share * run:
             return need
     return steps
