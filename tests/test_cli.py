@@ -464,7 +464,8 @@ def test_report_renders_the_trial_decision(tmp_path):
     assert "1.50x" in part[2] and "36 steps" in part[2]
     assert part[3] == (
         "The trial cost 0.5 s beyond a run on the winner alone: 0.4 s in "
-        "the other candidates' first calls (traces, XLA compilations), "
+        "first calls (traces, XLA compilations) beyond the one a run on the "
+        "winner makes, "
         "0.1 s in slower windows; the winner saves 2.0 s against the "
         "default over the rest of the run."
     )

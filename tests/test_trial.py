@@ -95,13 +95,14 @@ def test_decision_skips_warmup_and_compiled_calls():
     trial.run_steps = 1000
     records = run_plan(trial, seconds)
     winner, decision = trial.decide()
-    # Its cost: the other candidates' first calls (999x their step) and
-    # the rest of the wall time beyond 36 steps of the winner, whose own
-    # first call a run on the winner alone pays too; its saving: 2 ms a
-    # step against the default over the other 964 steps.
+    # Its cost: the first calls (999x their step) beyond the one a run on
+    # the winner alone makes, the larger of the trial's first (A's, which
+    # paid the fit's start) and the winner's, and the rest of the wall
+    # time beyond 36 steps of the winner; its saving: 2 ms a step against
+    # the default over the other 964 steps.
     wall = sum(r.seconds for r in records)
-    firsts = 999 * (0.004 + 0.003)
-    slower = wall - 36 * 0.002 - firsts - 999 * 0.002
+    firsts = 999 * (0.002 + 0.003)
+    slower = wall - 36 * 0.002 - firsts - 999 * 0.004
     assert decision.first_call_seconds == pytest.approx(firsts, abs=1e-3)
     assert decision.slow_window_seconds == pytest.approx(slower, abs=1e-3)
     # Slower windows: A's 12 steps 2 ms slower each, C's 12 1 ms slower.

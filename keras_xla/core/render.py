@@ -260,8 +260,8 @@ def decision_markdown(decision: Decision | None) -> str:
             else ""
         )
         split = (
-            f": {d.first_call_seconds:.1f} s in the other candidates' "
-            f"first calls (traces, XLA compilations), "
+            f": {d.first_call_seconds:.1f} s in first calls (traces, XLA "
+            "compilations) beyond the one a run on the winner makes, "
             f"{d.slow_window_seconds:.1f} s in slower windows"
             if d.first_call_seconds is not None
             and d.slow_window_seconds is not None

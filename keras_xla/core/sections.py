@@ -174,9 +174,9 @@ class Decision(Section):
     speedup_vs_default: float | None = None
     break_even_steps: int | None = None
     # What the trial cost beyond a run on the winner alone: the sum of
-    # the other candidates' first calls (traces, XLA compilations) and the
-    # slower windows' time; and what the winner saves against Keras's
-    # default over the rest of the run.
+    # its first calls (traces, XLA compilations) beyond the one that run
+    # makes and the slower windows' time; and what the winner saves
+    # against Keras's default over the rest of the run.
     trial_cost_seconds: float | None = None
     saving_seconds: float | None = None
     first_call_seconds: float | None = None
