@@ -20,7 +20,7 @@ goals of the "auto" issue:
 - auto's decisions, with the trial's steps, seconds and dropped
   candidates.
 
-Runs done one after the other drift on a shared machine (8-28% within
+Runs done one after the other drift on a shared machine (8-32% within
 one run of this script). So the best fixed candidate runs a second time
 right after auto's first run, and auto is judged against the mean of the
 best fixed candidate's two runs, one before and one after it (the

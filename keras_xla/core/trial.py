@@ -297,9 +297,9 @@ class Trial:
         (and compile): at least the larger of the trial's first call,
         which paid the fit's start, and the winner's own. Measured on
         ResNet-50 (2-core CPU), the winner's first call in the trial cost
-        5.4-8.8 s and the same step's first call as a fit's 14.9-20.3 s: in
-        three runs, leaving out only the winner's own overstated the cost
-        by 7-13 s, and the larger of the two put it 1 s under to 6 s
+        5.4-9.5 s and the same step's first call as a fit's 14.2-20.3 s: in
+        six runs, leaving out only the winner's own overstated the cost
+        by 6-13 s, and the larger of the two put it 4 s under to 6 s
         over."""
         excess = {c: self.first_call_excess(c) or 0.0 for c in self._first}
         opening = next(iter(self._first))
