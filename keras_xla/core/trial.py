@@ -294,8 +294,8 @@ class Trial:
         (slower steps, each window's switching call).
 
         That run's first call pays the fit's start and the winner's trace
-        (and compile): at least the larger of the trial's first call,
-        which paid the fit's start, and the winner's own. Measured on
+        (and compile). It is taken as the larger of the trial's first
+        call, which paid the fit's start, and the winner's own. Measured on
         ResNet-50 (2-core CPU), the winner's first call in the trial cost
         5.4-9.5 s and the same step's first call as a fit's 14.2-20.3 s: in
         six runs, leaving out only the winner's own overstated the cost
