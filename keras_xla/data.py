@@ -190,7 +190,10 @@ def bucket_by_length(
             message=f"a sequence is longer than the last boundary {bounds[-1]}",
         )
         target = tf.gather(bounds_t, tf.minimum(bucket, len(bounds) - 1))
-        x = tf.pad(x, [[0, target - length]], constant_values=pad_value)
+        # Never a negative padding: the pad could otherwise run before the
+        # assertion and fail first, with TensorFlow's message, not ours.
+        extra = tf.maximum(target - length, 0)
+        x = tf.pad(x, [[0, extra]], constant_values=pad_value)
         return (tf.cast(bucket, tf.int64), x, *rest)
 
     def batch_bucket(key, window):
