@@ -268,8 +268,8 @@ def test_the_expected_saving_of_a_prediction_weighs_its_error_band():
     # Uniform from 1.3x faster to 1.3x slower than predicted; a step
     # slower than the best saves nothing.
     assert drop_rules.expected_saving(0.4, 0.6) == 0.0
-    # Predicted at 10 ms against a best of 10 ms: the fast half of the
-    # band (7.69-10 ms, 43% of it) saves 1.15 ms on average: 0.50 ms.
+    # Predicted at 10 ms against a best of 10 ms: the band's fast part
+    # (7.69-10 ms, 43% of it) saves 1.15 ms on average: 0.50 ms.
     assert drop_rules.expected_saving(0.010, 0.010) == pytest.approx(
         (0.010 - 0.010 / 1.3) ** 2 / (2 * (0.013 - 0.010 / 1.3))
     )

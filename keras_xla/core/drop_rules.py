@@ -118,7 +118,7 @@ def expected_saving(best: float, guess: float) -> float:
     if best <= low:
         return 0.0
     if best >= high:
-        return best - guess * (1 + DROP_FACTOR**2) / (2 * DROP_FACTOR)
+        return best - (low + high) / 2
     return (best - low) ** 2 / (2 * (high - low))
 
 
