@@ -31,7 +31,7 @@ from keras_xla.tf_backend import jit as jit_lib
 from keras_xla.tf_backend import precision as precision_lib
 from keras_xla.tf_backend import unsupported as unsupported_lib
 from keras_xla.tf_backend.profiler import ProfileRun, on_error
-from keras_xla.tf_backend.step_functions import StepFunctions
+from keras_xla.tf_backend.step_functions import Config, StepFunctions
 
 
 class FitRun:
@@ -137,7 +137,7 @@ class FitRun:
         """(Re)builds the probed step functions if their configuration
         changed; guarded against unsupported ops while XLA is on."""
         model = self.model
-        config = (
+        config = Config(
             self.jit_on,
             int(model.steps_per_execution or 1),
             model.dtype_policy.name,

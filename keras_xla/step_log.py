@@ -104,6 +104,12 @@ class StepLog:
                     name = f"{function}/{cluster}"
                     self.clusters[name] = self.clusters.get(name, 0) + 1
                     self._cluster_ops.setdefault(function, set()).update(ops)
+            if records and not variant.called:
+                # A built function's first call instantiates it: not a
+                # steady step, even where it traced nothing (it calls a
+                # step another variant traced).
+                records[0].warmup = True
+            variant.called = variant.called or bool(records)
         self.records[function].extend(records)
         return self.records[function]
 
@@ -128,7 +134,9 @@ class StepLog:
             if variant is None:
                 continue
             variant.probe.pop_traces()
-            for step in variant.probe.read_new():
+            steps = variant.probe.read_new()
+            variant.called = variant.called or bool(steps)
+            for step in steps:
                 for replica, sig in enumerate(step):
                     if counting == JIT and variant.tracker.observe(
                         function, sig, replica

@@ -281,6 +281,59 @@ def test_reuse_in_memory_and_jit_off():
     assert tuner.report.total_compilations == 1
 
 
+def traced_model(traces):
+    """`conv_model`'s layers after one that notes each Python trace of a
+    16-row batch (the steps'; the unsupported-op check traces one row)."""
+
+    class Noting(keras.layers.Layer):
+        def call(self, x):
+            if x.shape[0] == 16:
+                traces.append(x.shape)
+            return x
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((16, 4)),
+            Noting(),
+            keras.layers.Conv1D(8, 3),
+            keras.layers.GlobalAveragePooling1D(),
+            keras.layers.Dense(1),
+        ]
+    )
+    model.compile("adam", "mse", jit_compile=False)
+    return model
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_xla_built_after_no_xla_calls_its_traced_step(profiled, share):
+    from keras_xla.tf_backend.step_functions import StepFunctions
+
+    x, y = regression_data(32)
+    traces = []
+    model = traced_model(traces)
+    StepFunctions.of(model).share = share
+    tuner = XLATuner(jit_compile=False, verbose=0, analyze_hlo=False)
+    fit(model, x, y, batch_size=16, epochs=1, tuner=tuner)
+    before = len(traces)
+    tuner.jit_compile = True
+    with profiled() as events:
+        hist = fit(model, x, y, batch_size=16, epochs=2, tuner=tuner)
+    # Shared: the XLA step calls the no-XLA one's trace and XLA compiles
+    # the whole step through the call, once, as the profiler counts.
+    assert len(traces) - before == (0 if share else 1)
+    assert tuner.report.total_compilations == len(events) == 1
+    assert tuner.report.jit.enabled is True
+    assert int(model.optimizer.iterations.numpy()) == 2 + 4
+    assert np.isfinite(hist.history["loss"]).all()
+    # Back to no XLA: its function is reused, nothing traced or compiled.
+    tuner.jit_compile = False
+    with profiled() as events:
+        fit(model, x, y, batch_size=16, epochs=1, tuner=tuner)
+    assert len(traces) - before == (0 if share else 1)
+    assert tuner.report.total_compilations == len(events) == 0
+
+
 def test_tuner_failure_never_stops_training(monkeypatch):
     from keras_xla.tf_backend import probe as probe_lib
 

@@ -8,6 +8,14 @@ reuse the compiled step instead of compiling it again. `StepFunctions`
 keeps these variants on the model, each with its own probe and the
 signatures it has compiled.
 
+Variants that differ only in XLA (same precision, same steps per call)
+share one traced train step and its probe: Keras's step function calls
+that `tf.function`, so a variant built after another skips the Python
+trace of the step (3.4 s of an XLA first call on ResNet-50, measured by
+`benchmarks/shared_trace.py`) and XLA still compiles the whole step
+through the call. The probe is shared because the traced step records
+into it; each variant keeps its own compiled signatures.
+
 A fit may wrap the installed function (the unsupported-op guard); the
 wrapper is that fit's, so `unwrap()` puts the bare function back when the
 fit ends and nothing on the model keeps the fit alive.
@@ -17,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from keras_xla.core.signatures import SignatureTracker
 from keras_xla.tf_backend.probe import RING_CALLS, ShapeProbe, install_probe
@@ -26,17 +34,43 @@ FUNCTIONS = ("train", "test")
 Wrap = Callable[[str, Any], Any]
 
 
+class Config(NamedTuple):
+    """What a step function is built for.
+
+    Attributes:
+        xla: Whether Keras compiles the step with XLA (`jit_compile`).
+        steps_per_call: `steps_per_execution`.
+        policy: The model's dtype policy name.
+    """
+
+    xla: bool
+    steps_per_call: int
+    policy: str
+
+
+@dataclasses.dataclass(eq=False)
+class _Family:
+    """What the variants of one precision and steps per call share: the
+    probe their step records into and the traced step (None: each
+    variant traces its own)."""
+
+    probe: ShapeProbe
+    step: Any
+
+
 @dataclasses.dataclass(eq=False)
 class Variant:
     """One built step function, with its probe and compiled signatures.
 
     Attributes:
         fn: The function Keras built (probed, not wrapped).
-        probe: The shape probe its step records into.
-        config: The configuration it was built for.
+        probe: The shape probe its step records into (shared with the
+            variants of the same precision and steps per call).
+        config: The configuration it was built for (a `Config`).
         tracker: The signatures it has compiled.
         hlo_results: HLO statistics per steady signature, computed once.
         installed: What is on the model now: `fn` or a fit's wrapper.
+        called: Whether a step of it was read since it was built.
     """
 
     fn: Any
@@ -47,6 +81,7 @@ class Variant:
     )
     hlo_results: dict = dataclasses.field(default_factory=dict)
     installed: Any = None
+    called: bool = False
 
 
 class StepFunctions:
@@ -55,6 +90,10 @@ class StepFunctions:
     A step function is rebuilt only when its configuration really changes
     or Keras rebuilt it (after `compile()`); switching back to a
     configuration reuses its compiled step.
+
+    Attributes:
+        share: Whether variants that differ only in XLA share one traced
+            step (on by default; off only to measure what sharing saves).
     """
 
     ATTR = "_keras_xla_step_functions"
@@ -63,7 +102,9 @@ class StepFunctions:
         # The probe each function's step records into, looked up when the
         # step is traced.
         self.holder: dict[str, ShapeProbe | None] = {}
+        self.share = True
         self._variants: dict[str, dict[tuple, Variant]] = {}
+        self._families: dict[tuple, _Family] = {}
         self._active: dict[str, Variant] = {}
 
     @classmethod
@@ -76,7 +117,7 @@ class StepFunctions:
         return functions
 
     def prepare(
-        self, model: Any, function: str, config: tuple, wrap: Wrap | None
+        self, model: Any, function: str, config: Config, wrap: Wrap | None
     ) -> bool:
         """Makes `model.<function>_function` the probed function of
         `config`, wrapped by `wrap(function, fn)` if given; builds it
@@ -90,26 +131,53 @@ class StepFunctions:
         ):
             # Keras built or dropped the function itself (compile()).
             self._variants[function] = {}
+            self._families = {
+                k: f for k, f in self._families.items() if k[0] != function
+            }
         variants = self._variants.setdefault(function, {})
         variant = variants.get(config)
         built = variant is None
         if built:
-            if not getattr(model, "_keras_xla_native_probe", False):
-                install_probe(model, function, self.holder)
-            probe = ShapeProbe(
-                function,
-                slots=RING_CALLS * int(model.steps_per_execution or 1),
-                strategy=model.distribute_strategy,
-            )
-            self.holder[function] = probe
-            getattr(model, f"make_{function}_function")(force=True)
-            variant = Variant(getattr(model, attr), probe, config)
+            variant = self._build(model, function, config)
             variants[config] = variant
         variant.installed = wrap(function, variant.fn) if wrap else variant.fn
         setattr(model, attr, variant.installed)
         self.holder[function] = variant.probe
         self._active[function] = variant
         return built
+
+    def _build(self, model: Any, function: str, config: Config) -> Variant:
+        """Builds `config`'s variant of `model.<function>_function`."""
+        native = getattr(model, "_keras_xla_native_probe", False)
+        if not native:
+            install_probe(model, function, self.holder)
+        key = (function, config.steps_per_call, config.policy)
+        family = self._families.get(key)
+        if family is None:
+            probe = ShapeProbe(
+                function,
+                slots=RING_CALLS * config.steps_per_call,
+                strategy=model.distribute_strategy,
+            )
+            shared = self.share and not native and not model.run_eagerly
+            step = _traced_step(model, function) if shared else None
+            family = self._families[key] = _Family(probe, step)
+        self.holder[function] = family.probe
+        make = getattr(model, f"make_{function}_function")
+        if family.step is None:
+            make(force=True)
+        else:
+            # Keras builds the function around `model.<function>_step`.
+            attr = f"{function}_step"
+            probed = model.__dict__[attr]
+            object.__setattr__(model, attr, family.step)
+            try:
+                make(force=True)
+            finally:
+                object.__setattr__(model, attr, probed)
+        return Variant(
+            getattr(model, f"{function}_function"), family.probe, config
+        )
 
     def active(self, function: str) -> Variant | None:
         """The variant on the model now, or None before `prepare`."""
@@ -131,3 +199,17 @@ def probe_of(model: Any, function: str) -> ShapeProbe | None:
     """The probe `model`'s `function` step records into now, if any."""
     functions = model.__dict__.get(StepFunctions.ATTR)
     return functions.probe(function) if functions is not None else None
+
+
+def _traced_step(model: Any, function: str) -> Any:
+    """`model.<function>_step` (the probed one) as a `tf.function` that
+    Keras's step functions call. Like Keras's own, it relaxes shapes that
+    change (`reduce_retracing`) and does not convert the step with
+    AutoGraph."""
+    import tensorflow as tf
+
+    return tf.function(
+        getattr(model, f"{function}_step"),
+        reduce_retracing=True,
+        autograph=False,
+    )

@@ -1,0 +1,126 @@
+"""ResNet-50: what sharing the traced train step saves an XLA first call,
+and whether no-XLA steps through the shared step run as fast.
+
+The tuner's step functions that differ only in XLA call one traced
+train step (`StepFunctions.share`), so an XLA step function built after
+the no-XLA one skips the Python trace. Here a fresh ResNet-50 (synthetic
+images, fixed-size slices) trains N steps without XLA and then N steps
+with XLA in a second fit, both under `XLATuner`, with sharing on and
+with it off, in the order on, off, off, on (so a drift over the script
+falls on both ways alike), all in one process. Printed per way: the XLA
+fit's first call (its time beyond a median XLA step) and the no-XLA and
+XLA steady step times (medians of each fit's second half), then the
+ratios shared / unshared of the means of each way's two runs.
+
+Run: python benchmarks/shared_trace.py [--steps 30]
+"""
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import warnings
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import keras  # noqa: E402
+import precision_trial  # noqa: E402  (its step clock; puts train on the path)
+import train  # noqa: E402
+
+import keras_xla  # noqa: E402
+from keras_xla.core.render import format_table  # noqa: E402
+from keras_xla.tf_backend.step_functions import StepFunctions  # noqa: E402
+
+
+def timed_fit(model, jit, args, ds):
+    """Step durations of one fit of `args.steps` steps."""
+    tuner = keras_xla.XLATuner(
+        jit_compile=jit, baseline=False, analyze_hlo=False, verbose=0
+    )
+    clock = precision_trial.StepClock()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.fit(
+            ds,
+            epochs=1,
+            steps_per_epoch=args.steps,
+            callbacks=[tuner, clock],
+            verbose=0,
+        )
+    return [b - a for a, b in zip(clock.starts, clock.starts[1:])]
+
+
+def run(share, args, ds):
+    keras.utils.set_random_seed(args.seed)
+    model = train.build_model(10)
+    model.compile(
+        keras.optimizers.SGD(0.01, momentum=0.9),
+        "sparse_categorical_crossentropy",
+        jit_compile=False,
+    )
+    StepFunctions.of(model).share = share
+    no_xla = timed_fit(model, False, args, ds)
+    xla = timed_fit(model, True, args, ds)
+    half = args.steps // 2
+    row = {
+        "share": share,
+        "xla_first": xla[0] - statistics.median(xla[1:]),
+        "no_xla_step": statistics.median(no_xla[half:]),
+        "xla_step": statistics.median(xla[half:]),
+    }
+    print(
+        f"  sharing {'on' if share else 'off'}: XLA first call "
+        f"{row['xla_first']:.1f} s beyond a step, no-XLA step "
+        f"{row['no_xla_step'] * 1000:.0f} ms, XLA step "
+        f"{row['xla_step'] * 1000:.0f} ms",
+        flush=True,
+    )
+    return row
+
+
+def mean(rows, share, key):
+    return statistics.mean(r[key] for r in rows if r["share"] is share)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--image-size", type=int, default=96)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    source = train.synthetic_images(args.image_size).repeat()
+    ds = train.fixed_pipeline(source, args.image_size, args.batch_size)
+    ds = ds.take(32).cache().repeat().prefetch(2)
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores; ResNet-50 "
+        f"{args.image_size}x{args.image_size}, batch {args.batch_size}, "
+        f"{args.steps} steps per fit"
+    )
+    rows = [run(share, args, ds) for share in (True, False, False, True)]
+    table = [("", "shared", "unshared", "shared / unshared")]
+    for label, key in (
+        ("XLA first call beyond a step (s)", "xla_first"),
+        ("no-XLA steady step (ms)", "no_xla_step"),
+        ("XLA steady step (ms)", "xla_step"),
+    ):
+        on, off = mean(rows, True, key), mean(rows, False, key)
+        scale = 1 if key == "xla_first" else 1000
+        table.append(
+            (
+                label,
+                f"{on * scale:.1f}",
+                f"{off * scale:.1f}",
+                f"{on / off:.2f}",
+            )
+        )
+    print("\n".join(format_table(table)))
+    saved = mean(rows, False, "xla_first") - mean(rows, True, "xla_first")
+    print(f"sharing saved the XLA first call {saved:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
