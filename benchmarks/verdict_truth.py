@@ -8,8 +8,8 @@ alternating blocks (so drift of the shared machine hits both alike), timed
 by an independent clock (the median interval between train batch begins,
 pooled over the blocks). Printed: both speedups and their ratio (goal
 within 10%), and the baseline's steps without XLA, their cost beyond
-training them with XLA (tracing the no-XLA step included, shown apart)
-and that cost as a share of the tuner fit's first epoch.
+training them with XLA (the no-XLA step function's first call included,
+shown apart) and that cost as a share of the tuner fit's first epoch.
 
 Models: a residual MLP with LayerNorm and GELU (XLA fuses the elementwise
 work), and a wide Dense network whose matmuls dominate (oneDNN's kernels
@@ -144,7 +144,7 @@ def main():
             "ratio",
             "no-XLA steps",
             "cost s",
-            "tracing s",
+            "first call s",
             "share of epoch",
         )
     ]

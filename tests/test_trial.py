@@ -56,8 +56,9 @@ def record(seconds, compiled=False, trace=0.0, steps=1):
     return r
 
 
-def run_plan(trial, seconds_of):
-    """Feeds the trial one record per planned call, as the tuner does."""
+def run_plan(trial, seconds_of, trace_of=None):
+    """Feeds the trial one record per planned call, as the tuner does
+    (`trace_of(candidate, first)`: the call's trace seconds)."""
     records = []
     while not trial.done:
         if trial.boundary():
@@ -68,7 +69,9 @@ def run_plan(trial, seconds_of):
         trial.advance()
         first = not any(r._candidate == candidate for r in records)
         r = record(
-            seconds_of(candidate, first), compiled=first and candidate.jit
+            seconds_of(candidate, first),
+            compiled=first and candidate.jit,
+            trace=trace_of(candidate, first) if trace_of else 0.0,
         )
         r._candidate = candidate
         records.append(r)
@@ -125,6 +128,37 @@ def test_decision_skips_warmup_and_compiled_calls():
     # 1.998 s of compiling at 2 ms saved per step.
     assert decision["break_even_steps"] == 999
     assert decision["trial_steps"] == 36
+
+
+def test_cost_of_an_xla_winner_that_called_a_traced_step():
+    # A (the fit's first call) and D trace their step in their first
+    # calls; B, XLA at A's precision, calls A's traced step and compiles
+    # it. A run on B alone would pay the fit's start, the trace and the
+    # compile: A's first call and B's. Beyond it: D's first call.
+    D = Candidate(False, "mixed_bfloat16")
+    speed = {A: 0.004, B: 0.002, D: 0.003}
+    firsts = {A: 4.0, B: 6.0, D: 2.0}
+
+    def seconds(candidate, first):
+        return firsts[candidate] if first else speed[candidate]
+
+    def trace(candidate, first):
+        return 0.5 if first and not candidate.jit else 0.0
+
+    trial = Trial([A, D, B], A, window_calls=4, drop=False)
+    trial.run_steps = 1000
+    run_plan(trial, seconds, trace)
+    winner, decision = trial.decide()
+    assert winner == B
+    assert decision.first_call_seconds == pytest.approx(2.0 - 0.003)
+    # Had B traced the step itself, its first call alone is that run's.
+    trial = Trial([A, D, B], A, window_calls=4, drop=False)
+    trial.run_steps = 1000
+    run_plan(trial, seconds, lambda c, first: 0.5 if first else 0.0)
+    _, decision = trial.decide()
+    assert decision.first_call_seconds == pytest.approx(
+        (4.0 - 0.004) + (2.0 - 0.003)
+    )
 
 
 def test_traced_calls_and_too_few_steps():
@@ -184,17 +218,17 @@ def test_an_unmeasured_candidate_predicted_slower_is_never_compiled():
 
 
 def test_a_compile_that_cannot_pay_back_is_never_tried():
-    # Tracing a step costs 0.5 s at its first call. With 40 steps in the
-    # run, after the first no-XLA window the 37 steps left take 0.19 s at
-    # 5 ms, under half that first call (the bound while it is the only
-    # one): an XLA compile (which traces the same step first) cannot pay
-    # back even if XLA's step took no time, so neither XLA candidate runs.
+    # A step function's first call costs 0.7 s. With 40 steps in the run,
+    # after the first no-XLA window the 37 steps left take 0.19 s at 5 ms,
+    # under 0.3 of that first call (the bound while it is the only one):
+    # an XLA first call (its compile of the step) cannot pay back even if
+    # XLA's step took no time, so neither XLA candidate runs.
     A32, A16 = Candidate(False, "float32"), Candidate(False, "mixed_bfloat16")
     X32, X16 = Candidate(True, "float32"), Candidate(True, "mixed_bfloat16")
     speed = {A32: 0.005, A16: 0.004, X32: 0.001, X16: 0.001}
 
     def seconds(c, first):
-        return speed[c] + (0.5 if first else 0.0)
+        return speed[c] + (0.7 if first else 0.0)
 
     def trial_of(run_steps):
         trial = Trial([A32, A16, X32, X16], A32, window_calls=3, rounds=2)

@@ -103,7 +103,8 @@ def test_a_real_fit_measures_its_baseline_on_real_steps():
     assert baseline.steps >= 2 and baseline.run_steps > baseline.steps
     assert baseline.no_xla_step_ms > 0 and baseline.xla_step_ms > 0
     # Its cost: the no-XLA windows beyond the same steps with XLA, of
-    # which tracing the no-XLA step is the most on a tiny model.
+    # which the no-XLA step function's first call is the most on a tiny
+    # model.
     with_xla = baseline.run_steps * baseline.xla_step_ms / 1000
     assert baseline.cost_seconds == pytest.approx(
         baseline.window_seconds - with_xla, abs=2e-3

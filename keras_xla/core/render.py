@@ -143,7 +143,7 @@ def baseline_line(baseline) -> list[str]:
     if b is None or b.no_xla_step_ms is None or b.xla_step_ms is None:
         return []
     trace = (
-        f", {b.trace_seconds:.2f} s of it tracing the no-XLA step"
+        f", {b.trace_seconds:.2f} s of it the no-XLA step's first call"
         if b.trace_seconds is not None
         else ""
     )

@@ -209,9 +209,12 @@ class BaselineSection(Section):
     (each window's first call, and any call that traced or compiled, left
     out). `steps` are the timed no-XLA steps of `run_steps` run.
     `window_seconds` is the no-XLA windows' wall time; `cost_seconds` what
-    they cost beyond training the same steps with XLA (the no-XLA step's
-    tracing, `trace_seconds`, plus the steps' difference; negative where
-    XLA is the slower); `reason` says why there is none."""
+    they cost beyond training the same steps with XLA (the no-XLA step
+    function's first call beyond a step, `trace_seconds`, plus the steps'
+    difference; negative where XLA is the slower); `reason` says why there
+    is none. The no-XLA function calls the train step XLA's traced, so its
+    first call builds its graph and traces nothing (the field's name is
+    from when it traced the step again)."""
 
     steps: int = 0
     no_xla_step_ms: float | None = None

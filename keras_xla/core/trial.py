@@ -300,10 +300,25 @@ class Trial:
         5.4-9.5 s and the same step's first call as a fit's 14.2-20.3 s: in
         six runs, leaving out only the winner's own overstated the cost
         by 6-13 s, and the larger of the two put it 4 s under to 6 s
-        over."""
+        over. A winner whose first call traced nothing, where a candidate
+        of its precision traced in its own, called the step that one traced
+        (an XLA winner after its no-XLA twin); alone, it would pay the
+        fit's start and that trace too, so that run's first call is taken
+        as the trial's first plus the winner's."""
         excess = {c: self.first_call_excess(c) or 0.0 for c in self._first}
         opening = next(iter(self._first))
-        alone = max(excess[opening], excess.get(winner, 0.0))
+        own = excess.get(winner, 0.0)
+        first = self._first.get(winner)
+        twin_traced = any(
+            r.trace_seconds
+            for c, r in self._first.items()
+            if c != winner and c.policy == winner.policy
+        )
+        shared = first is not None and not first.trace_seconds
+        if winner != opening and shared and twin_traced:
+            alone = excess[opening] + own
+        else:
+            alone = max(excess[opening], own)
         firsts = sum(excess.values()) - alone
         slower = self._wall - trial_steps * best - sum(excess.values())
         decision.first_call_seconds = round(firsts, 3)

@@ -5,16 +5,17 @@ the step to carry the shape probe, and needs one function per
 configuration (XLA on or off, steps per execution, precision): the trial
 switches between them, and a second `fit` with the same settings must
 reuse the compiled step instead of compiling it again. `StepFunctions`
-keeps these variants on the model, each with its own probe and the
-signatures it has compiled.
+keeps these variants on the model, each with the probe its step records
+into and the signatures it has compiled.
 
 Variants that differ only in XLA (same precision, same steps per call)
 share one traced train step and its probe: Keras's step function calls
 that `tf.function`, so a variant built after another skips the Python
-trace of the step (3.4 s of an XLA first call on ResNet-50, measured by
-`benchmarks/shared_trace.py`) and XLA still compiles the whole step
-through the call. The probe is shared because the traced step records
-into it; each variant keeps its own compiled signatures.
+trace of the step (2.2 s of a 16 s XLA first call on ResNet-50,
+`benchmarks/shared_trace.py`), XLA still compiles the whole step through
+the call, and without XLA the call costs nothing measurable. The probe
+is shared because the traced step records into it; each variant keeps
+its own compiled signatures.
 
 A fit may wrap the installed function (the unsupported-op guard); the
 wrapper is that fit's, so `unwrap()` puts the bare function back when the
