@@ -34,7 +34,6 @@ Run: python benchmarks/auto_resnet.py [--steps 300]
 
 import argparse
 import os
-import platform
 import sys
 import tempfile
 
@@ -42,7 +41,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import precision_trial  # noqa: E402  (the runs and their step clock)
-import train  # noqa: E402
 
 from keras_xla.core.render import decision_markdown, format_table  # noqa: E402
 
@@ -77,24 +75,13 @@ def reference(a, b):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--image-size", type=int, default=96)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--steps", type=int, default=300)
+    precision_trial.add_resnet_args(parser, steps=300)
     parser.add_argument("--budget", type=float, default=0.25)
-    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     # A fresh decision memory: the first auto run must measure.
     os.environ["KERAS_XLA_CACHE_DIR"] = tempfile.mkdtemp(prefix="auto_resnet_")
-
-    source = train.synthetic_images(args.image_size).repeat()
-    ds = train.fixed_pipeline(source, args.image_size, args.batch_size)
-    ds = ds.take(32).cache().repeat().prefetch(2)
-    print(
-        f"machine: {platform.machine()}, {os.cpu_count()} cores; ResNet-50 "
-        f"{args.image_size}x{args.image_size}, batch {args.batch_size}, "
-        f"{args.steps} steps per run",
-        flush=True,
-    )
+    ds = precision_trial.cached_batches(args)
+    print(precision_trial.machine_line(args, "run"), flush=True)
     fixed = [
         precision_trial.run(name, j, p, args, ds)
         for name, j, p in precision_trial.FIXED

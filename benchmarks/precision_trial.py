@@ -56,6 +56,22 @@ class StepClock(keras.callbacks.Callback):
         self.starts.append(time.perf_counter())
 
 
+def fit_steps(model, tuner, args, ds):
+    """Fits `args.steps` steps of `ds` under `tuner`, quietly; returns
+    the start time of every step and the fit's end."""
+    clock = StepClock()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.fit(
+            ds,
+            epochs=1,
+            steps_per_epoch=args.steps,
+            callbacks=[tuner, clock],
+            verbose=0,
+        )
+    return clock.starts
+
+
 def run(name, jit, precision, args, ds):
     keras.utils.set_random_seed(args.seed)
     model = train.build_model(10)
@@ -70,19 +86,10 @@ def run(name, jit, precision, args, ds):
         analyze_hlo=False,
         verbose=0,
     )
-    clock = StepClock()
     start = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model.fit(
-            ds,
-            epochs=1,
-            steps_per_epoch=args.steps,
-            callbacks=[tuner, clock],
-            verbose=0,
-        )
+    starts = fit_steps(model, tuner, args, ds)
     wall = time.perf_counter() - start
-    steps = [b - a for a, b in zip(clock.starts, clock.starts[1:])]
+    steps = [b - a for a, b in zip(starts, starts[1:])]
     late = steps[int(args.steps * max(args.budget, 0.5)) :]
     report = tuner.report
     print(
@@ -97,31 +104,45 @@ def run(name, jit, precision, args, ds):
         "steady": args.batch_size / statistics.median(late),
         "compilations": report.total_compilations,
         "decision": report.decision,
-        "starts": clock.starts,
+        "starts": starts,
         # The first call's time beyond a median step: its trace (and XLA
         # compile), and the fit's start.
         "first_excess": steps[0] - statistics.median(steps[1:]),
     }
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__)
+def add_resnet_args(parser, steps):
+    """The ResNet-50 benchmarks' arguments: image size, batch, steps."""
     parser.add_argument("--image-size", type=int, default=96)
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--budget", type=float, default=0.25)
+    parser.add_argument("--steps", type=int, default=steps)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
 
+
+def cached_batches(args):
+    """32 batches of synthetic images through the fixed slice, made once:
+    the input pipeline costs no CPU while timing."""
     source = train.synthetic_images(args.image_size).repeat()
-    # 32 batches, made once: the input pipeline costs no CPU while timing.
     ds = train.fixed_pipeline(source, args.image_size, args.batch_size)
-    ds = ds.take(32).cache().repeat().prefetch(2)
-    print(
+    return ds.take(32).cache().repeat().prefetch(2)
+
+
+def machine_line(args, per):
+    """The machine and the ResNet-50 setup, for the output's first line."""
+    return (
         f"machine: {platform.machine()}, {os.cpu_count()} cores; ResNet-50 "
         f"{args.image_size}x{args.image_size}, batch {args.batch_size}, "
-        f"{args.steps} steps per run, trial budget {args.budget}"
+        f"{args.steps} steps per {per}"
     )
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    add_resnet_args(parser, steps=300)
+    parser.add_argument("--budget", type=float, default=0.25)
+    args = parser.parse_args()
+    ds = cached_batches(args)
+    print(f"{machine_line(args, 'run')}, trial budget {args.budget}")
     rows = [run(name, j, p, args, ds) for name, j, p in FIXED]
     rows.append(run("auto", "auto", "auto", args, ds))
     default = rows[0]

@@ -17,17 +17,15 @@ Run: python benchmarks/shared_trace.py [--steps 30]
 
 import argparse
 import os
-import platform
 import statistics
 import sys
-import warnings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import keras  # noqa: E402
-import precision_trial  # noqa: E402  (its step clock; puts train on the path)
+import precision_trial  # noqa: E402  (its fits; puts train on the path)
 import train  # noqa: E402
 
 import keras_xla  # noqa: E402
@@ -40,17 +38,8 @@ def timed_fit(model, jit, args, ds):
     tuner = keras_xla.XLATuner(
         jit_compile=jit, baseline=False, analyze_hlo=False, verbose=0
     )
-    clock = precision_trial.StepClock()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model.fit(
-            ds,
-            epochs=1,
-            steps_per_epoch=args.steps,
-            callbacks=[tuner, clock],
-            verbose=0,
-        )
-    return [b - a for a, b in zip(clock.starts, clock.starts[1:])]
+    starts = precision_trial.fit_steps(model, tuner, args, ds)
+    return [b - a for a, b in zip(starts, starts[1:])]
 
 
 def run(share, args, ds):
@@ -87,19 +76,10 @@ def mean(rows, share, key):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--image-size", type=int, default=96)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--seed", type=int, default=0)
+    precision_trial.add_resnet_args(parser, steps=30)
     args = parser.parse_args()
-    source = train.synthetic_images(args.image_size).repeat()
-    ds = train.fixed_pipeline(source, args.image_size, args.batch_size)
-    ds = ds.take(32).cache().repeat().prefetch(2)
-    print(
-        f"machine: {platform.machine()}, {os.cpu_count()} cores; ResNet-50 "
-        f"{args.image_size}x{args.image_size}, batch {args.batch_size}, "
-        f"{args.steps} steps per fit"
-    )
+    ds = precision_trial.cached_batches(args)
+    print(precision_trial.machine_line(args, "fit"), flush=True)
     rows = [run(share, args, ds) for share in (True, False, False, True)]
     table = [("", "shared", "unshared", "shared / unshared")]
     for label, key in (
