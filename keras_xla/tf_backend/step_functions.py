@@ -11,9 +11,12 @@ into and the signatures it has compiled.
 Variants that differ only in XLA (same precision, same steps per call)
 share one traced train step and its probe: Keras's step function calls
 that `tf.function`, so a variant built after another skips the Python
-trace of the step (2.2 s of a 16 s XLA first call on ResNet-50,
+trace of the step (2.2-6.1 s of a 16-19 s XLA first call on ResNet-50,
 `benchmarks/shared_trace.py`), XLA still compiles the whole step through
-the call, and without XLA the call costs nothing measurable. The probe
+the call, and without XLA the call costs nothing measurable per step.
+Tracing inside the nested `tf.function` makes the first variant's first
+call longer: 0.3 s on ResNet-50 (inside its noise), about 0.4 s on a
+small residual MLP, where that is about what the XLA twin saves. The probe
 is shared because the traced step records into it; each variant keeps
 its own compiled signatures.
 
@@ -71,7 +74,7 @@ class Variant:
         tracker: The signatures it has compiled.
         hlo_results: HLO statistics per steady signature, computed once.
         installed: What is on the model now: `fn` or a fit's wrapper.
-        called: Whether a step of it was read since it was built.
+        called: Whether a call of it was recorded since it was built.
     """
 
     fn: Any
