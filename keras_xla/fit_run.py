@@ -142,8 +142,10 @@ class FitRun:
             int(model.steps_per_execution or 1),
             model.dtype_policy.name,
         )
+        # A trial or baseline builds the XLA twin too: share its trace.
+        share = self.trial is not None
         for function in functions:
-            self.functions.prepare(model, function, config, self._wrap)
+            self.functions.prepare(model, function, config, self._wrap, share)
 
     def _wrap(self, function: str, fn: Any) -> Any:
         """The fit's wrapper of a step function: the unsupported-op guard

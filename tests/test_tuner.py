@@ -307,6 +307,8 @@ def traced_model(traces):
 
 @pytest.mark.parametrize("share", [True, False])
 def test_xla_built_after_no_xla_calls_its_traced_step(profiled, share):
+    # Forced either way (by default, sharing waits for a fit that builds
+    # both: see the next test).
     from keras_xla.tf_backend.step_functions import StepFunctions
 
     x, y = regression_data(32)
@@ -332,6 +334,37 @@ def test_xla_built_after_no_xla_calls_its_traced_step(profiled, share):
         fit(model, x, y, batch_size=16, epochs=1, tuner=tuner)
     assert len(traces) - before == (0 if share else 1)
     assert tuner.report.total_compilations == len(events) == 0
+
+
+def test_only_a_fit_that_builds_both_ways_shares_the_trace(profiled):
+    from keras_xla.tf_backend.step_functions import StepFunctions
+
+    # The baseline window builds the no-XLA twin of the XLA step: by
+    # default it calls XLA's trace, one trace fewer than unshared.
+    x, y = regression_data(16 * 40)
+    counts = {}
+    for share in (None, False):
+        traces = []
+        model = traced_model(traces)
+        StepFunctions.of(model).share = share
+        tuner = XLATuner(jit_compile=True, verbose=0, analyze_hlo=False)
+        with profiled() as events:
+            fit(model, x, y, batch_size=16, epochs=1, tuner=tuner)
+        assert tuner.report.baseline.run_steps > 0
+        assert tuner.report.total_compilations == len(events) == 1
+        counts[share] = len(traces)
+    assert counts[None] == counts[False] - 1
+    # A plain fit builds one way and traces as Keras does; a later fit's
+    # other way then traces its own.
+    traces = []
+    model = traced_model(traces)
+    plain = XLATuner(jit_compile=False, verbose=0, analyze_hlo=False)
+    fit(model, x, y, batch_size=16, epochs=1, tuner=plain)
+    before = len(traces)
+    plain.jit_compile = True
+    plain.baseline = False
+    fit(model, x, y, batch_size=16, epochs=1, tuner=plain)
+    assert len(traces) == before + 1
 
 
 def test_tuner_failure_never_stops_training(monkeypatch):

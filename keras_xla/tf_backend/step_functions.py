@@ -8,15 +8,17 @@ reuse the compiled step instead of compiling it again. `StepFunctions`
 keeps these variants on the model, each with the probe its step records
 into and the signatures it has compiled.
 
-Variants that differ only in XLA (same precision, same steps per call)
-share one traced train step and its probe: Keras's step function calls
+In a fit that builds both (a trial, the baseline window), variants that
+differ only in XLA (same precision, same steps per call) share one
+traced train step and its probe: Keras's step function calls
 that `tf.function`, so a variant built after another skips the Python
 trace of the step (2.2-6.1 s of a 16-19 s XLA first call on ResNet-50,
 `benchmarks/shared_trace.py`), XLA still compiles the whole step through
 the call, and without XLA the call costs nothing measurable per step.
 Tracing inside the nested `tf.function` makes the first variant's first
 call longer: 0.3 s on ResNet-50 (inside its noise), about 0.4 s on a
-small residual MLP, where that is about what the XLA twin saves. The probe
+small residual MLP, where that is about what the XLA twin saves; so a
+fit that builds one way only traces as Keras does. The probe
 is shared because the traced step records into it; each variant keeps
 its own compiled signatures.
 
@@ -97,7 +99,11 @@ class StepFunctions:
 
     Attributes:
         share: Whether variants that differ only in XLA share one traced
-            step (on by default; off only to measure what sharing saves).
+            step: None (the default) where the fit says it will build
+            more than one of them (`prepare(share=True)`: a trial, the
+            baseline window), since tracing inside the nested function
+            makes the first one's first call longer; True or False to
+            measure what sharing saves.
     """
 
     ATTR = "_keras_xla_step_functions"
@@ -106,7 +112,7 @@ class StepFunctions:
         # The probe each function's step records into, looked up when the
         # step is traced.
         self.holder: dict[str, ShapeProbe | None] = {}
-        self.share = True
+        self.share: bool | None = None
         self._variants: dict[str, dict[tuple, Variant]] = {}
         self._families: dict[tuple, _Family] = {}
         self._active: dict[str, Variant] = {}
@@ -121,12 +127,18 @@ class StepFunctions:
         return functions
 
     def prepare(
-        self, model: Any, function: str, config: Config, wrap: Wrap | None
+        self,
+        model: Any,
+        function: str,
+        config: Config,
+        wrap: Wrap | None,
+        share: bool = False,
     ) -> bool:
         """Makes `model.<function>_function` the probed function of
         `config`, wrapped by `wrap(function, fn)` if given; builds it
-        unless that configuration's function exists. Returns True if it
-        was built."""
+        unless that configuration's function exists (`share`: this fit
+        builds its XLA twin too, so a new one calls a shared traced
+        step). Returns True if it was built."""
         attr = f"{function}_function"
         active = self._active.get(function)
         current = getattr(model, attr, None)
@@ -142,7 +154,7 @@ class StepFunctions:
         variant = variants.get(config)
         built = variant is None
         if built:
-            variant = self._build(model, function, config)
+            variant = self._build(model, function, config, share)
             variants[config] = variant
         variant.installed = wrap(function, variant.fn) if wrap else variant.fn
         setattr(model, attr, variant.installed)
@@ -150,7 +162,9 @@ class StepFunctions:
         self._active[function] = variant
         return built
 
-    def _build(self, model: Any, function: str, config: Config) -> Variant:
+    def _build(
+        self, model: Any, function: str, config: Config, share: bool
+    ) -> Variant:
         """Builds `config`'s variant of `model.<function>_function`."""
         native = getattr(model, "_keras_xla_native_probe", False)
         if not native:
@@ -163,7 +177,8 @@ class StepFunctions:
                 slots=RING_CALLS * config.steps_per_call,
                 strategy=model.distribute_strategy,
             )
-            shared = self.share and not native and not model.run_eagerly
+            share = share if self.share is None else self.share
+            shared = share and not native and not model.run_eagerly
             step = _traced_step(model, function) if shared else None
             family = self._families[key] = _Family(probe, step)
         self.holder[function] = family.probe
