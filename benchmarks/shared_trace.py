@@ -1,9 +1,10 @@
 """ResNet-50: what sharing the traced train step saves an XLA first call,
 and whether no-XLA steps through the shared step run as fast.
 
-The tuner's step functions that differ only in XLA call one traced
-train step (`StepFunctions.share`), so an XLA step function built after
-the no-XLA one skips the Python trace. Here a fresh ResNet-50 (synthetic
+In a trial or baseline fit, the tuner's step functions that differ only
+in XLA call one traced train step, so an XLA step function built after
+the no-XLA one skips the Python trace; here `StepFunctions.share` forces
+sharing on and off in plain fits. Here a fresh ResNet-50 (synthetic
 images, fixed-size slices) trains N steps without XLA and then N steps
 with XLA in a second fit, both under `XLATuner`, with sharing on and
 with it off, in the order on, off, off, on (so a drift over the script
