@@ -6,8 +6,12 @@ version. With `XLATuner(jit_compile="auto")` and/or
 `mixed_precision="auto"`, the first epoch's first steps run in short
 windows of each candidate configuration (XLA on/off x float32/the
 recommended policy), the order rotating from round to round so that drift
-of the machine hits every candidate alike. Every step is a real training
-step on the same weights and optimizer state. The first call of each
+of the machine hits every candidate alike. The no-XLA candidates run
+first; the XLA ones, whose compilations are the trial's dearest calls,
+follow in the order their no-XLA twins ran fastest, so the likeliest
+winner compiles first and the grid's prediction from it may spare the
+other's compile. Every step is a real training step on the same weights
+and optimizer state. The first call of each
 window (it pays a switch, and the candidate's compilation in its first
 window) and any call that compiled or traced is left out of the timing.
 The fastest candidate by median step time trains the rest of the run.
@@ -135,6 +139,7 @@ class Trial:
                 per_step = [record.seconds_per_step] * record.steps
                 self._seconds[candidate].extend(per_step)
         self._drop_slower()
+        self._order_compiles()
 
     def _drop_slower(self) -> None:
         """At a window boundary, candidates that cannot win get no more
@@ -173,6 +178,38 @@ class Trial:
         if len(live) - len(slow) < 2:
             rest = []
         self.plan = self.plan[: self.position] + rest
+
+    def _order_compiles(self) -> None:
+        """At a window boundary, the XLA candidates not yet run take their
+        places in the plan in the order of their no-XLA twins' medians,
+        fastest first. The one likeliest to win compiles first, and the
+        grid's prediction from it can drop the other before its compile:
+        where XLA at the faster precision wins (the usual case on a GPU),
+        the other XLA candidate is predicted slower by the precision's
+        gain, and over 1.3x that is never compiled."""
+        if not self.boundary():
+            return
+        rest = self.plan[self.position :]
+        untried = [
+            c for c in dict.fromkeys(rest) if c.jit and c not in self._first
+        ]
+        twin = {
+            c: next(
+                (
+                    t
+                    for t in self.candidates
+                    if not t.jit and not t.clustering and t.policy == c.policy
+                ),
+                None,
+            )
+            for c in untried
+        }
+        times = {c: self._seconds[t] if t else [] for c, t in twin.items()}
+        if len(untried) < 2 or any(len(t) < 2 for t in times.values()):
+            return
+        fastest = sorted(untried, key=lambda c: statistics.median(times[c]))
+        swap = dict(zip(untried, fastest))
+        self.plan[self.position :] = [swap.get(c, c) for c in rest]
 
     def cannot_pay_back(self, live: list, best: float, medians: dict) -> dict:
         """The live XLA candidates not yet run whose compile the run's
