@@ -132,9 +132,10 @@ def test_decision_skips_warmup_and_compiled_calls():
 
 def test_cost_of_an_xla_winner_that_called_a_traced_step():
     # A (the fit's first call) and D trace their step in their first
-    # calls; B, XLA at A's precision, calls A's traced step and compiles
-    # it. A run on B alone would pay the fit's start, the trace and the
-    # compile: A's first call and B's. Beyond it: D's first call.
+    # calls (0.5 s); B, XLA at A's precision, calls A's traced step and
+    # compiles it. A run on B alone would pay the trace and the compile:
+    # A's trace and B's first call. Beyond it: the rest of A's first call
+    # (building its graph) and D's first call.
     D = Candidate(False, "mixed_bfloat16")
     speed = {A: 0.004, B: 0.002, D: 0.003}
     firsts = {A: 4.0, B: 6.0, D: 2.0}
@@ -150,7 +151,9 @@ def test_cost_of_an_xla_winner_that_called_a_traced_step():
     run_plan(trial, seconds, trace)
     winner, decision = trial.decide()
     assert winner == B
-    assert decision.first_call_seconds == pytest.approx(2.0 - 0.003)
+    assert decision.first_call_seconds == pytest.approx(
+        (4.0 - 0.004 - 0.5) + (2.0 - 0.003)
+    )
     # Had B traced the step itself, its first call alone is that run's.
     trial = Trial([A, D, B], A, window_calls=4, drop=False)
     trial.run_steps = 1000
