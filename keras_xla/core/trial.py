@@ -17,19 +17,18 @@ window) and any call that compiled or traced is left out of the timing.
 The fastest candidate by median step time trains the rest of the run.
 
 This module is the schedule, the measurements and the decision, pure
-Python; which candidates get no more windows is `drop_rules`', and
-putting the live model in a candidate's configuration is
-`keras_xla.trial_runner`'s.
+Python; which candidates get no more windows is `drop_rules`', what a
+decided trial cost is `trial_cost`'s, and putting the live model in a
+candidate's configuration is `keras_xla.trial_runner`'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 from typing import Any
 
-from keras_xla.core import drop_rules
+from keras_xla.core import drop_rules, trial_cost
 from keras_xla.core.drop_rules import PAYBACK, PREDICTED_PAYBACK
 from keras_xla.core.report import CandidateResult, Decision
 from keras_xla.core.timing import ms
@@ -295,14 +294,22 @@ class Trial:
         winner = min(measured, key=lambda c: medians[c])
         decision.status, decision.winner = "decided", winner.name
         compile_s = next(r for r in rows if r.name == winner.name)
-        speedup, steps = _versus_default(
+        speedup, steps = trial_cost.versus_default(
             winner, self.default, medians, compile_s.compile_seconds
         )
         decision.speedup_vs_default = speedup
         decision.break_even_steps = steps
         trial_steps = self._calls * self.steps_per_call
         best = medians[winner]
-        self._cost(decision, winner, best, trial_steps)
+        firsts, slower = trial_cost.beyond_winner(
+            first_calls={c: self.first_call_excess(c) for c in self._first},
+            traced={c: r.trace_seconds for c, r in self._first.items()},
+            winner=winner,
+            wall=self._wall - trial_steps * best,
+        )
+        decision.first_call_seconds = round(firsts, 3)
+        decision.slow_window_seconds = round(slower, 3)
+        decision.trial_cost_seconds = round(firsts + slower, 3)
         base = medians.get(self.default)
         if base is not None and self.run_steps:
             rest = max(self.run_steps - trial_steps, 0)
@@ -323,68 +330,6 @@ class Trial:
             if unpaid:
                 decision.reason += f"; {', '.join(unpaid)} not tried ({text})"
         return winner, decision
-
-    def _cost(self, decision, winner, best, trial_steps) -> None:
-        """What the trial cost beyond a run on the winner alone: the first
-        calls (traces, XLA compilations) beyond the one such a run makes,
-        and the rest of the trial's time beyond `trial_steps` winner steps
-        (slower steps, each window's switching call).
-
-        That run's first call pays the fit's start and the winner's trace
-        (and compile). It is taken as the larger of the trial's first
-        call, which paid the fit's start, and the winner's own. Measured on
-        ResNet-50 (2-core CPU), the winner's first call in the trial cost
-        5.4-9.5 s and the same step's first call as a fit's 14.2-20.3 s: in
-        six runs, leaving out only the winner's own overstated the cost
-        by 6-13 s, and the larger of the two put it 4 s under to 6 s
-        over. A winner whose first call traced nothing, where a candidate
-        of its precision traced in its own, called the step that one traced
-        (an XLA winner after its no-XLA twin); alone, it would pay that
-        trace too, so that run's first call is taken as the trace plus the
-        winner's first call (at least the trial's first). On the residual
-        MLP of `benchmarks/verdict_truth.py`, where XLA wins, that put the
-        cost within 0.6 s of what auto took beyond a tuned run on the
-        winner alone (`benchmarks/auto_short.py` prints both), where the
-        larger of the two first calls overstated it by 1.5 s and their sum
-        understated it by 0.6-1.3 s."""
-        excess = {c: self.first_call_excess(c) or 0.0 for c in self._first}
-        opening = next(iter(self._first))
-        own = excess.get(winner, 0.0)
-        first = self._first.get(winner)
-        twin_trace = max(
-            (
-                r.trace_seconds
-                for c, r in self._first.items()
-                if c != winner and c.policy == winner.policy
-            ),
-            default=0.0,
-        )
-        shared = first is not None and not first.trace_seconds
-        if winner != opening and shared and twin_trace:
-            alone = max(excess[opening], twin_trace + own)
-        else:
-            alone = max(excess[opening], own)
-        firsts = sum(excess.values()) - alone
-        slower = self._wall - trial_steps * best - sum(excess.values())
-        decision.first_call_seconds = round(firsts, 3)
-        decision.slow_window_seconds = round(slower, 3)
-        decision.trial_cost_seconds = round(firsts + slower, 3)
-
-
-def _versus_default(winner, default, medians, compile_seconds):
-    """`(speedup over Keras's default, break-even steps)`."""
-    base = medians.get(default)
-    if base is None:
-        return None, None
-    gain = base - medians[winner]
-    seconds = compile_seconds or 0.0
-    if winner == default:
-        steps = 0
-    elif gain > 0:
-        steps = math.ceil(seconds / gain)
-    else:
-        steps = None
-    return round(base / medians[winner], 4), steps
 
 
 def candidate_row(c, measured=0, median_ms=None, compile_seconds=None):
