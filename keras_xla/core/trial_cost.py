@@ -48,9 +48,10 @@ def beyond_winner(
     call (at least the trial's first). On the residual MLP of
     `benchmarks/verdict_truth.py`, where XLA wins, that put the cost
     within 0.6 s of what auto took beyond a tuned run on the winner alone
-    (`benchmarks/auto_short.py` prints both), where the larger of the two
-    first calls overstated it by 1.5 s and their sum understated it by
-    0.6-1.3 s.
+    at 300 and 600 steps, in medians of 4-8 rounds
+    (`benchmarks/auto_short.py` prints both); in the same scratch runs the
+    larger of the two first calls overstated it by 0.8-1.5 s, and their
+    sum understated it by 0.55-1.35 s.
     """
     excess = {c: t or 0.0 for c, t in first_calls.items()}
     opening = next(iter(excess))
