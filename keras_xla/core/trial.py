@@ -193,17 +193,11 @@ class Trial:
             c for c in dict.fromkeys(rest) if c.jit and c not in self._first
         ]
         twin = {
-            c: next(
-                (
-                    t
-                    for t in self.candidates
-                    if not t.jit and not t.clustering and t.policy == c.policy
-                ),
-                None,
-            )
-            for c in untried
+            t.policy: t
+            for t in self.candidates
+            if not t.jit and not t.clustering
         }
-        times = {c: self._seconds[t] if t else [] for c, t in twin.items()}
+        times = {c: self._seconds.get(twin.get(c.policy), []) for c in untried}
         if len(untried) < 2 or any(len(t) < 2 for t in times.values()):
             return
         fastest = sorted(untried, key=lambda c: statistics.median(times[c]))
