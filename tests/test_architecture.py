@@ -16,6 +16,7 @@ CORE = (
     "accounting",
     "compare",
     "drop_rules",
+    "files",
     "findings",
     "lints",
     "render",

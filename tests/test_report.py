@@ -1,4 +1,5 @@
 import json
+import os
 
 import pytest
 
@@ -183,3 +184,27 @@ def test_a_second_fit_keeps_the_first_fits_report(tmp_path):
     kept = XLAReport.load(str(tmp_path / "xla_report.1.json"))
     latest = XLAReport.load(str(tmp_path))
     assert (len(kept.epochs), len(latest.epochs)) == (1, 2)
+
+
+def test_archives_stay_in_fit_order_after_one_is_deleted(tmp_path):
+    def fit(n):
+        XLAReport(environment={"fit": n}).write(str(tmp_path))
+
+    def archived(n):
+        path = tmp_path / f"xla_report.{n}.json"
+        return XLAReport.load(str(path)).environment["fit"]
+
+    for n in range(1, 4):
+        fit(n)  # Fits 1 and 2 archived as .1 and .2; fit 3 the latest.
+    os.remove(tmp_path / "xla_report.1.json")
+    fit(4)
+    assert sorted(os.listdir(tmp_path)) == [
+        "xla_report.2.json",
+        "xla_report.3.json",
+        "xla_report.json",
+    ]
+    assert (archived(2), archived(3)) == (2, 3)
+    os.remove(tmp_path / "xla_report.3.json")  # The newest archive.
+    fit(5)
+    assert (archived(2), archived(3)) == (2, 4)
+    assert XLAReport.load(str(tmp_path)).environment["fit"] == 5

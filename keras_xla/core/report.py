@@ -8,12 +8,14 @@ rendered on a machine without TensorFlow.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import re
 from typing import Any
 
-from keras_xla.core import reading
+from keras_xla.core import files, reading
 from keras_xla.core.sections import (
     BaselineSection,
     CandidateResult,
@@ -219,28 +221,38 @@ class XLAReport:
             self._written = True
         os.makedirs(log_dir, exist_ok=True)
         path = os.path.join(log_dir, REPORT_FILENAME)
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(self.to_json())
-        os.replace(tmp, path)
-        return path
+        return files.write_whole(path, self.to_json())
 
     @staticmethod
     def archive(log_dir: str) -> str | None:
         """Keeps an earlier fit's `<log_dir>/xla_report.json` as
-        `xla_report.<n>.json` (n = 1, 2, ... in fit order), so a new fit
-        writing to the same log dir loses no history; returns the new
-        path, or None when there was nothing to keep."""
+        `xla_report.<n>.json`, n one more than the highest kept (1, 2, ...
+        in fit order, also after one was deleted), so a new fit writing
+        to the same log dir loses no history; returns the new path, or
+        None when there was nothing to keep."""
         path = os.path.join(log_dir, REPORT_FILENAME)
         if not os.path.isfile(path):
             return None
         stem, ext = os.path.splitext(REPORT_FILENAME)
-        n = 1
-        while os.path.exists(os.path.join(log_dir, f"{stem}.{n}{ext}")):
-            n += 1
-        kept = os.path.join(log_dir, f"{stem}.{n}{ext}")
-        os.replace(path, kept)
-        return kept
+        numbered = re.compile(rf"{re.escape(stem)}\.([0-9]+){re.escape(ext)}")
+        while True:
+            found = (numbered.fullmatch(name) for name in os.listdir(log_dir))
+            n = 1 + max((int(m.group(1)) for m in found if m), default=0)
+            kept = os.path.join(log_dir, f"{stem}.{n}{ext}")
+            try:
+                # A link never replaces a name another process just kept.
+                os.link(path, kept, follow_symlinks=False)
+            except FileExistsError:
+                continue
+            except FileNotFoundError:
+                return None  # Another process kept it first.
+            except OSError:  # No hard links here.
+                os.replace(path, kept)
+                return kept
+            with contextlib.suppress(OSError):
+                if os.path.samestat(os.lstat(path), os.lstat(kept)):
+                    os.unlink(path)
+            return kept
 
     @classmethod
     def from_dict(cls, data: dict) -> XLAReport:

@@ -26,10 +26,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from keras_xla.core import files
 
 if TYPE_CHECKING:
     from tensorflow.compiler.xla.service import hlo_pb2
@@ -157,12 +158,10 @@ def analyze_function(
 
 
 def write_hlo_text(path: str, text: str) -> str:
-    """Writes HLO text to `path`, creating its folder; returns `path`."""
-    if os.path.dirname(path):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
-    return path
+    """Writes HLO text to `path` whole, creating its folder (never through
+    a link); returns `path`. Inside a fit's `core.files.deferring`, it is
+    written after the report JSON."""
+    return files.write_later(path, text)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,19 +1,38 @@
 """The small JSON files keras_xla keeps (measured peaks, flag tables,
-compile times, remembered decisions): read leniently, written whole.
+compile times, remembered decisions): read leniently, written whole,
+changed under a lock.
+
+A file whose directory cannot be written is kept in memory for this
+process instead (`update`), so a later read in the process still sees
+what it would have kept.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from typing import Any
+
+from keras_xla.core import files
+
+# Path -> the object this process could not keep on disk.
+_IN_MEMORY: dict[str, dict] = {}
 
 
 def read_object(path: str) -> dict:
-    """The JSON object in `path`; `{}` if it is missing, unreadable or
-    not an object."""
+    """The JSON object in `path`; `{}` if it is missing, unreadable, a
+    link or not an object. What this process could not write there
+    (`update`) is read from memory."""
+    if path in _IN_MEMORY:
+        return dict(_IN_MEMORY[path])
+    return _read_disk(path)
+
+
+def _read_disk(path: str) -> dict:
     try:
-        with open(path, encoding="utf-8") as f:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with open(fd, encoding="utf-8") as f:
             data = json.load(f)
     except (OSError, ValueError):
         return {}
@@ -21,11 +40,34 @@ def read_object(path: str) -> dict:
 
 
 def write(path: str, data: Any) -> None:
-    """Writes `data` as JSON to a temporary name beside `path`, then
-    renames it, so a reader (another worker) never sees half a file.
-    Raises `OSError` if the directory cannot be written."""
+    """Writes `data` as JSON to `path` whole (`core.files.write_whole`),
+    so a reader (another worker) never sees half a file, and a failure
+    leaves the earlier file. Raises `OSError` if it cannot be written."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    files.write_whole(path, json.dumps(data, indent=1, sort_keys=True))
+
+
+def update(path: str, change: Callable[[dict], Any]) -> dict:
+    """Applies `change` to the object in `path` and writes it back,
+    under a lock (`<path>.lock`): a concurrent `update` by another
+    process waits, and neither loses the other's keys. `change` edits
+    the dict in place. Returns the new object.
+
+    When the file cannot be written, the object is kept in memory for
+    this process (and read back from there), and `OSError` is raised
+    for the caller to log.
+    """
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with files.locked(path):
+            # What an earlier failure kept in memory, under the file's.
+            data = {**_IN_MEMORY.get(path, {}), **_read_disk(path)}
+            change(data)
+            write(path, data)
+    except OSError:
+        data = read_object(path)
+        change(data)
+        _IN_MEMORY[path] = data
+        raise
+    _IN_MEMORY.pop(path, None)
+    return data
