@@ -5,17 +5,42 @@ stdlib-only report module load without starting TensorFlow.
 """
 
 import importlib
+import json as _json
+import os as _os
+import sys as _sys
 
 from keras_xla.tf_backend import compile_ledger as _compile_ledger
 from keras_xla.tf_backend import flag_guard as _flag_guard
 
 __version__ = "0.1.0"
 
+
+def _keras_backend() -> str:
+    """The Keras backend this process will use, without importing Keras:
+    the imported Keras's, else `KERAS_BACKEND`, else Keras's config."""
+    keras = _sys.modules.get("keras")
+    if keras is not None and hasattr(keras, "backend"):
+        return keras.backend.backend()
+    if _os.environ.get("KERAS_BACKEND"):
+        return _os.environ["KERAS_BACKEND"]
+    home = _os.environ.get("KERAS_HOME") or _os.path.join(
+        _os.path.expanduser("~"), ".keras"
+    )
+    try:
+        with open(_os.path.join(home, "keras.json"), encoding="utf-8") as f:
+            return str(_json.load(f).get("backend", "tensorflow"))
+    except (OSError, ValueError, AttributeError):
+        return "tensorflow"
+
+
 # Before TensorFlow reads TF_XLA_FLAGS (at its first op): fix the flags it
-# would abort on (see flag_guard), then record XLA's compilations, so the
-# HLO analysis costs none (see compile_ledger).
-_flag_guard.guard(tensorflow_started=_compile_ledger.tensorflow_started())
-_compile_ledger.install()
+# would abort on (see flag_guard), then record XLA's compilations in
+# memory, so the HLO analysis costs none (see compile_ledger). On another
+# Keras backend TensorFlow's flags are left alone.
+if _keras_backend() == "tensorflow":
+    _flag_guard.guard(tensorflow_started=_compile_ledger.tensorflow_started())
+    _compile_ledger.install()
+    _compile_ledger.remove_stale_ledgers()
 
 _EXPORTS = {
     "XLAModel": "keras_xla.model",

@@ -11,6 +11,8 @@ owner takes a run's worth.
 
 from __future__ import annotations
 
+import time
+
 from keras_xla.core.accounting import (
     detect_cluster_compilations,
     detect_compilations,
@@ -18,6 +20,10 @@ from keras_xla.core.accounting import (
 from keras_xla.core.timing import StepRecord, StepTimer, attach_steps
 from keras_xla.tf_backend import autoclustering, compile_ledger
 from keras_xla.tf_backend.step_functions import StepFunctions
+
+# Entries listed as a call begins are dated this much before it: they were
+# written outside the fit's calls.
+BEFORE_CALL_SECONDS = 0.1
 
 # What a fit counts as compilations: new signatures of a jit-compiled step,
 # or the compile ledger's entries of auto-clustering's clusters.
@@ -60,11 +66,24 @@ class StepLog:
     ) -> None:
         """A call of `function` at step `batch` begins (`now`: the clock
         read at the start of the hook)."""
+        # New entries were written by the call this ends, else outside
+        # the fit's calls (dated before this one, out of its window).
+        in_call = self.timer.in_call
+        self._stamp_ledger(now, 0.0 if in_call else -BEFORE_CALL_SECONDS)
         self._collect_full(self.timer.begin(function, batch, now), counting)
 
     def close(self, counting: str | None, now: float | None = None) -> None:
         """The open call ends."""
+        in_call = self.timer.in_call
+        self._stamp_ledger(now, 0.0 if in_call else -BEFORE_CALL_SECONDS)
         self._collect_full(self.timer.close(now), counting)
+
+    def _stamp_ledger(self, now: float | None, shift: float) -> None:
+        """Dates the in-memory ledger's new entries at `now` (a
+        perf_counter reading) plus `shift`: it keeps no file times."""
+        if self.ledger is not None:
+            now = time.perf_counter() if now is None else now
+            compile_ledger.stamp(self.timer.clock_offset + now + shift)
 
     def collect(
         self, function: str, counting: str | None, next_step: int | None = None

@@ -15,17 +15,17 @@ def install(monkeypatch, environ, started=False):
     return ledger.install(environ)
 
 
-def test_install_points_the_flag_at_a_directory_of_this_process(monkeypatch):
+def test_install_points_the_flag_at_memory_of_this_process(monkeypatch):
     environ = {"TF_XLA_FLAGS": "--tf_xla_auto_jit=2"}
     status = install(monkeypatch, environ)
-    assert status.owned and os.path.isdir(status.directory)
-    assert os.path.basename(status.directory).startswith(
-        f"keras_xla_ledger_{os.getpid()}_"
-    )
+    assert status.owned
+    assert status.directory == f"ram://keras_xla_ledger_{os.getpid()}"
+    # Appended to the user's text, which is kept exactly as written.
     assert environ["TF_XLA_FLAGS"] == (
         "--tf_xla_auto_jit=2 --tf_xla_persistent_cache_directory="
         + status.directory
     )
+    assert status.user_flags == "--tf_xla_auto_jit=2"
 
 
 def test_install_keeps_the_users_cache_and_replaces_a_parents(monkeypatch):
@@ -33,18 +33,82 @@ def test_install_keeps_the_users_cache_and_replaces_a_parents(monkeypatch):
     status = install(monkeypatch, users)
     assert (status.directory, status.owned) == ("/c", False)
     assert users["TF_XLA_FLAGS"] == "--tf_xla_persistent_cache_directory=/c"
-    parent = "/tmp/keras_xla_ledger_1_abc"  # a parent process's ledger
-    child = {"TF_XLA_FLAGS": f"--tf_xla_persistent_cache_directory={parent}"}
+    parent = "ram://keras_xla_ledger_1"  # a parent process's ledger
+    child = {
+        "TF_XLA_FLAGS": "--tf_xla_auto_jit=2 "
+        f"--tf_xla_persistent_cache_directory={parent}"
+    }
     status = install(monkeypatch, child)
     assert status.owned and status.directory != parent
-    assert parent not in child["TF_XLA_FLAGS"]
+    assert child["TF_XLA_FLAGS"] == (
+        "--tf_xla_auto_jit=2 --tf_xla_persistent_cache_directory="
+        + status.directory
+    )
 
 
 def test_install_too_late_or_turned_off_says_why(monkeypatch):
     late = install(monkeypatch, {}, started=True)
     assert late.directory is None and "before keras_xla" in late.reason
+    assert "Import keras_xla before" in late.fix
     off = install(monkeypatch, {"KERAS_XLA_LEDGER": "0"})
     assert off.directory is None and "KERAS_XLA_LEDGER=0" in off.reason
+    assert off.fix == "Unset KERAS_XLA_LEDGER to record them."
+
+
+@pytest.mark.parametrize(
+    "flags", ['--tf_xla_auto_jit="2', "--tf_xla_auto_jit='2'", "flagfile"]
+)
+def test_flags_it_cannot_extend_safely_are_left_alone(monkeypatch, flags):
+    # TensorFlow trains with `--tf_xla_auto_jit="2` alone and aborts once
+    # another flag follows it: the ledger stays off rather than risk it.
+    environ = {"TF_XLA_FLAGS": flags}
+    status = install(monkeypatch, environ)
+    assert status.directory is None and "TF_XLA_FLAGS" in status.reason
+    assert environ == {"TF_XLA_FLAGS": flags}
+
+
+def test_environment_is_given_back_once_tensorflow_read_it(monkeypatch):
+    environ = {"TF_XLA_FLAGS": "--tf_xla_auto_jit=2"}
+    install(monkeypatch, environ)
+    assert not ledger.release_environment(environ)  # not started yet
+    assert "ram://" in environ["TF_XLA_FLAGS"]
+    monkeypatch.setattr(ledger, "tensorflow_started", lambda: True)
+    assert ledger.release_environment(environ)
+    assert environ == {"TF_XLA_FLAGS": "--tf_xla_auto_jit=2"}
+    # Nothing set: the variable goes away again.
+    monkeypatch.setattr(ledger, "tensorflow_started", lambda: False)
+    bare = {}
+    install(monkeypatch, bare)
+    monkeypatch.setattr(ledger, "tensorflow_started", lambda: True)
+    assert ledger.release_environment(bare) and bare == {}
+    # A value the user changed after the import is theirs: left alone.
+    monkeypatch.setattr(ledger, "tensorflow_started", lambda: False)
+    changed = {}
+    install(monkeypatch, changed)
+    changed["TF_XLA_FLAGS"] = "--tf_xla_cpu_global_jit"
+    monkeypatch.setattr(ledger, "tensorflow_started", lambda: True)
+    ledger.release_environment(changed)
+    assert changed == {"TF_XLA_FLAGS": "--tf_xla_cpu_global_jit"}
+
+
+def test_stale_disk_ledgers_of_dead_processes_are_removed(tmp_path):
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    stale = tmp_path / f"keras_xla_ledger_{dead}_abc"
+    stale.mkdir()
+    (stale / "xla_compile_cache__1__2__XLA_CPU_JIT.pb").write_bytes(b"x")
+    alive = tmp_path / f"keras_xla_ledger_{os.getpid()}_def"
+    alive.mkdir()
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    link = tmp_path / f"keras_xla_ledger_{dead}_link"
+    link.symlink_to(victim)
+    removed = ledger.remove_stale_ledgers(str(tmp_path))
+    assert removed == [str(stale)]
+    assert not stale.exists() and alive.is_dir() and victim.is_dir()
 
 
 def test_read_modules_rejects_what_is_not_an_entry(tmp_path):

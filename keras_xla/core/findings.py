@@ -82,6 +82,9 @@ OUTPUT_FAILED = "output-failed"
 DUPLICATE_TUNER = "duplicate-tuner"
 COMPILE_CACHE_CORRUPT = "compile-cache-corrupt"
 COMPILE_CACHE_READ_ONLY = "compile-cache-read-only"
+COMPILE_CACHE_UNTRUSTED = "compile-cache-untrusted"
+COMPILE_CACHE_NOT_SAVED = "compile-cache-not-saved"
+COMPILE_LEDGER_OFF = "compile-ledger-off"
 FOLDED_DIMENSIONS = "folded-dimensions"
 
 CODES: dict[str, Code] = _table(
@@ -127,6 +130,9 @@ CODES: dict[str, Code] = _table(
     (DUPLICATE_TUNER, "warning", "a second XLATuner on one fit stood aside"),
     (COMPILE_CACHE_CORRUPT, "warning", "corrupt cache entries set aside"),
     (COMPILE_CACHE_READ_ONLY, "info", "the cache is read, not written"),
+    (COMPILE_CACHE_UNTRUSTED, "warning", "others could write cache files"),
+    (COMPILE_CACHE_NOT_SAVED, "warning", "new entries could not be saved"),
+    (COMPILE_LEDGER_OFF, "info", "XLA's compilations are not recorded"),
     (FOLDED_DIMENSIONS, "info", "dimensions past 30 recorded as one hash"),
 )
 

@@ -249,6 +249,11 @@ class StepTimer:
         self._raw: dict[str, list] = {"train": [], "test": []}
         self._open: tuple | None = None
 
+    @property
+    def in_call(self) -> bool:
+        """Whether a call has begun and not yet ended."""
+        return self._open is not None
+
     def begin(
         self, function: str, batch: int, now: float
     ) -> tuple[str, int] | None:

@@ -1,34 +1,63 @@
-"""The persistent cache's entry files: checked, set aside, copied.
+"""The persistent cache's entry files: trusted, checked, set aside, copied.
 
 TensorFlow loads a cache entry lazily, when a compilation's key matches
-its file name, and trusts it. Measured on TF 2.21: an entry of random
-bytes fails that step with `DataLossError`; an empty one with
-`InvalidArgumentError` ("Serialized cache key does not match"); a
-truncated one makes Keras's `fit` return having trained no step (the
-loader's OUT_OF_RANGE reads as the end of the data). So entries are read
-before TensorFlow can: one that does not parse as an entry (`compile_ledger.
-read_modules`) is renamed `<name>.corrupt`, which the cache's file
-pattern no longer matches.
+its file name, and trusts it: an entry planted under the key of the
+user's step runs in place of the user's program. So an entry is used only
+if this user could have written it alone: a regular file (not a link),
+owned by this user, writable by no one else, in a directory with the same
+properties (`untrusted()`), unless the user said they trust a shared
+directory. TensorFlow also fails the step that loads a damaged entry
+(random bytes: `DataLossError`; empty: `InvalidArgumentError`; truncated:
+Keras's `fit` returns having trained no step), so entries are read before
+TensorFlow can, and one that does not parse is renamed `<name>.corrupt`.
 
-Copying lets a cache directory serve a process whose TensorFlow already
-read its flags (the usual script order: build the model, then create the
-tuner): TensorFlow reads the directory it was started with at every
-compilation, so entries copied into it now are hits, and new entries are
-copied back out. Copies are written to a temporary name and renamed, so
-a reader never sees half a file.
+A cache directory serves the process through the in-memory compile
+ledger: its entries are copied in (hits) and the entries this process
+compiled are copied back out at every epoch end. Copies out go to a
+temporary name no other process can predict, created without following
+links, and are renamed in place; a copy that fails (a full disk) leaves
+nothing behind and costs the cache, never a step.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 
 from keras_xla.tf_backend import compile_ledger
 
 CORRUPT_SUFFIX = ".corrupt"
+# A copy out is skipped unless the disk keeps this much free beside it.
+MIN_FREE_BYTES = 256 << 20
 # Entries already read in this process: path -> (size, mtime).
 _CHECKED: dict[str, tuple[int, float]] = {}
+# Entry names copied into the ledger from a cache directory: never copied
+# out again (to that directory or another).
+_IMPORTED: set[str] = set()
+
+
+def untrusted(path: str, directory: bool = False) -> str | None:
+    """Why `path` may hold what another user wrote, or None: not owned by
+    this user, or writable by group or others. A directory's link is
+    followed (the user named it); a file's is not."""
+    try:
+        info = os.stat(path) if directory else os.lstat(path)
+    except OSError as error:
+        return f"it cannot be read ({error.strerror})"
+    if info.st_uid != os.getuid():
+        return f"it is owned by another user (uid {info.st_uid})"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"other users can write it (mode {stat.S_IMODE(info.st_mode):o})"
+    return None
+
+
+def _regular(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def is_entry(path: str) -> bool:
@@ -46,9 +75,10 @@ def corrupt_entries(directory: str) -> list[str]:
     bad = []
     for path in sorted(compile_ledger.entries(directory)):
         try:
-            stamp = (os.path.getsize(path), os.path.getmtime(path))
+            info = os.lstat(path)
         except OSError:
             continue  # removed meanwhile
+        stamp = (info.st_size, info.st_mtime)
         if _CHECKED.get(path) == stamp:
             continue
         if is_entry(path):
@@ -59,9 +89,9 @@ def corrupt_entries(directory: str) -> list[str]:
 
 
 def set_aside(directory: str) -> list[str]:
-    """Renames the directory's corrupt entries `<name>.corrupt`; returns
-    the names set aside (a file that cannot be renamed is left, and not
-    listed)."""
+    """Renames the directory's corrupt entries `<name>.corrupt` (a rename
+    moves a link itself, never its target); returns the names set aside
+    (a file that cannot be renamed is left, and not listed)."""
     moved = []
     for path in corrupt_entries(directory):
         try:
@@ -81,25 +111,84 @@ def writable(directory: str) -> bool:
         return False
 
 
-def copy_entries(source: str, target: str) -> list[str]:
-    """Copies the valid entries of `source` that `target` lacks; returns
-    the names copied. Never raises: a file that cannot be copied is
-    skipped."""
-    have = {os.path.basename(p) for p in compile_ledger.entries(target)}
-    copied = []
-    for path in sorted(compile_ledger.entries(source)):
+def copy_in(directory: str, ledger: str, trust: bool) -> tuple[list, list]:
+    """Copies the entries of the cache `directory` into the in-memory
+    `ledger`; returns `(names copied, (name, why) of entries left out)`:
+    untrusted files (unless `trust`) and damaged ones. Never raises."""
+    have = {os.path.basename(p) for p in compile_ledger.entries(ledger)}
+    copied, left_out = [], []
+    for path in sorted(compile_ledger.entries(directory)):
         name = os.path.basename(path)
-        if name in have or not is_entry(path):
+        if name in have:
             continue
-        partial = os.path.join(target, f".{name}.{os.getpid()}.partial")
+        why = None if _regular(path) else "it is a link or not a file"
+        why = why or (None if trust else untrusted(path))
+        if why is not None:
+            left_out.append((name, why))
+            continue
         try:
-            shutil.copy2(path, partial)
-            os.replace(partial, os.path.join(target, name))
-        except OSError:
-            try:
-                os.remove(partial)
-            except OSError:
-                pass
+            data = compile_ledger.read_bytes(path)
+            compile_ledger.parse_modules(data, path)
+            compile_ledger.write_bytes(f"{ledger.rstrip('/')}/{name}", data)
+        except (OSError, ValueError) as error:
+            left_out.append((name, str(error)))
             continue
+        _IMPORTED.add(name)
         copied.append(name)
-    return copied
+    return copied, left_out
+
+
+def copy_out(ledger: str, directory: str) -> tuple[list[str], str | None]:
+    """Copies the entries this process compiled (not those copied in)
+    from the in-memory `ledger` to the cache `directory`, where it lacks
+    them; returns `(names copied, why copying stopped or None)`. Never
+    raises: a full disk stops the copy, and no partial file is left."""
+    have = {os.path.basename(p) for p in compile_ledger.entries(directory)}
+    copied = []
+    for path in sorted(compile_ledger.entries(ledger)):
+        name = os.path.basename(path)
+        if name in have or name in _IMPORTED:
+            continue
+        try:
+            data = compile_ledger.read_bytes(path)
+            compile_ledger.parse_modules(data, path)
+        except (OSError, ValueError):
+            continue  # removed meanwhile (the ledger's budget)
+        problem = _write_entry(directory, name, data)
+        if problem is not None:
+            return copied, problem
+        copied.append(name)
+    return copied, None
+
+
+def copy_entries(ledger: str, directory: str) -> list[str]:
+    """`copy_out` without the reason it stopped: the names copied."""
+    return copy_out(ledger, directory)[0]
+
+
+def _write_entry(directory: str, name: str, data: bytes) -> str | None:
+    """Writes one entry under a fresh temporary name, then renames it;
+    returns why it could not, or None."""
+    try:
+        free = shutil.disk_usage(directory).free
+    except OSError as error:
+        return f"{directory} cannot be read ({error.strerror})"
+    if free < len(data) + MIN_FREE_BYTES:
+        return (
+            f"the disk of {directory} has {free >> 20} MiB free, under the "
+            f"{MIN_FREE_BYTES >> 20} MiB keras_xla keeps free"
+        )
+    fd, partial = tempfile.mkstemp(dir=directory, prefix=f".{name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(partial, os.path.join(directory, name))
+    except OSError as error:
+        try:
+            os.remove(partial)
+        except OSError:
+            pass
+        return f"writing {name} failed ({error.strerror or error})"
+    return None

@@ -16,15 +16,18 @@ keep compiled executables on disk when `TF_XLA_FLAGS` holds
 - Sharing: a directory readable and writable by several processes serves
   them all, e.g. the workers of a multi-worker run or parallel trials.
 
-TensorFlow reads `TF_XLA_FLAGS` once, when it first lists devices (at its
-first op). Before then, `enable_compile_cache()` sets the flag and checks
-with a tiny canary compilation that entries appear. After it (the usual
-script order: build the model, then create the tuner), TensorFlow already
-writes to the compile ledger's directory (set at `import keras_xla`), so
-the cache is mirrored through it: its entries are copied in (hits), and
-new ones copied back out at every epoch end and at exit. A directory that
-cannot be written is read the same way; corrupt entries are set aside
-(`cache_entries`) before TensorFlow can load them.
+The cache serves the process through the in-memory compile ledger (set
+at `import keras_xla`): its entries are copied in (hits), and the entries
+this process compiled are copied back out at every epoch end and at exit.
+TensorFlow itself never writes to the directory, so a full disk costs the
+cache, never a step. Only a directory this user alone can write is used,
+entry by entry the same (`cache_entries.untrusted`): TensorFlow runs what
+an entry holds, so an entry planted by someone else would run in place of
+the user's step. `trust_shared=True` uses a shared directory the user
+trusts. Corrupt entries are set aside (`cache_entries`) before TensorFlow
+can load them. With the ledger off (`KERAS_XLA_LEDGER=0`) and TensorFlow
+not yet started, the flag names the directory itself; TensorFlow then
+writes there, and fails a step it cannot write.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import os
+import shutil
 
 from keras_xla.core.report import CompileCacheSection
 from keras_xla.tf_backend import cache_entries as entries_lib
@@ -54,6 +58,10 @@ class CacheStatus:
             `directory` (the cache is mirrored through the ledger's).
         persist: Whether new entries are saved to `directory`.
         set_aside: Corrupt entries renamed `<name>.corrupt`.
+        left_out: `(name, why)` of entries not loaded: written by someone
+            else, links, or damaged.
+        untrusted: Whether the directory was not used because another
+            user owns it or can write it.
     """
 
     directory: str
@@ -63,6 +71,8 @@ class CacheStatus:
     live: str = ""
     persist: bool = True
     set_aside: tuple[str, ...] = ()
+    left_out: tuple[tuple[str, str], ...] = ()
+    untrusted: bool = False
 
     @property
     def live_directory(self) -> str:
@@ -89,26 +99,33 @@ def clear_compile_cache(directory: str) -> int:
     return removed
 
 
-def enable_compile_cache(directory: str, verify: bool = True) -> CacheStatus:
+def enable_compile_cache(
+    directory: str, verify: bool = True, trust_shared: bool = False
+) -> CacheStatus:
     """Turns on XLA's persistent compile cache for this process.
 
     Works in any script order once `keras_xla` was imported before
-    TensorFlow ran an op. Before TensorFlow's first op it sets the flag in
-    `TF_XLA_FLAGS`, keeping the user's other flags, then (with
-    `verify=True`) compiles a tiny canary function and checks that a cache
-    entry appears; the canary's entry is removed again. After it, the
-    cache is mirrored through the compile ledger's directory (see the
-    module docstring). Corrupt entries are renamed `<name>.corrupt` first.
+    TensorFlow ran an op: the cache is mirrored through the in-memory
+    compile ledger (see the module docstring). With the ledger off and
+    TensorFlow not yet started, it sets the flag in `TF_XLA_FLAGS`,
+    keeping the user's other flags, then (with `verify=True`) compiles a
+    tiny canary function and checks that a cache entry appears. Corrupt
+    entries are renamed `<name>.corrupt` first.
 
     Args:
-        directory: Where entries go; created if missing.
+        directory: Where entries go; created (mode 700) if missing.
         verify: Run the canary check. Defaults to `True`.
+        trust_shared: Use the directory even if another user owns it or
+            can write it (a cache shared by a team). Defaults to `False`:
+            such a directory is not used, since TensorFlow runs what its
+            entries hold.
 
     Returns:
         A `CacheStatus`; `active=False` says why the cache is not in force
-        (the directory cannot be created, or TensorFlow started before
-        keras_xla was imported and the ledger is off). Raises `ValueError`
-        if `directory` is not a path or is a file.
+        (the directory cannot be created, others can write it, or
+        TensorFlow started before keras_xla was imported and the ledger is
+        off). Raises `ValueError` if `directory` is not a path or is a
+        file.
     """
     if not isinstance(directory, (str, os.PathLike)) or not str(directory):
         raise ValueError(
@@ -123,7 +140,7 @@ def enable_compile_cache(directory: str, verify: bool = True) -> CacheStatus:
             "missing)."
         )
     try:
-        os.makedirs(directory, exist_ok=True)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
     except OSError as error:
         return CacheStatus(
             directory,
@@ -132,32 +149,42 @@ def enable_compile_cache(directory: str, verify: bool = True) -> CacheStatus:
             f"The compile cache directory {directory} cannot be created "
             f"({type(error).__name__}: {error}); training runs without it.",
         )
+    why = None if trust_shared else entries_lib.untrusted(directory, True)
+    if why is not None:
+        return CacheStatus(
+            directory,
+            False,
+            0,
+            f"The compile cache directory {directory} is not used: {why}. "
+            "TensorFlow runs what a cache entry holds, so an entry another "
+            "user wrote there would run in place of your step.",
+            untrusted=True,
+        )
     can_write = entries_lib.writable(directory)
     aside = tuple(entries_lib.set_aside(directory)) if can_write else ()
     existing = len(cache_entries(directory))
-    ledger = compile_ledger.status().directory
+    ledger = compile_ledger.status()
+    if ledger.owned and compile_ledger.in_memory(ledger.directory):
+        return _mirror(
+            directory, existing, aside, ledger.directory, can_write,
+            trust_shared,
+        )  # fmt: skip
+    if ledger.directory is not None:
+        if os.path.abspath(ledger.directory) == directory:
+            message = f"XLA persistent compile cache active in {directory}."
+            return CacheStatus(
+                directory, True, existing, message, "", True, aside
+            )
+        return CacheStatus(
+            directory,
+            False,
+            existing,
+            f"TF_XLA_FLAGS names another compile cache directory, "
+            f"{ledger.directory}, and TensorFlow uses that one.",
+            set_aside=aside,
+        )
     if can_write and not compile_ledger.tensorflow_started():
         return _set_flag(directory, existing, aside, verify)
-    if ledger is not None and os.path.abspath(ledger) != directory:
-        copied = entries_lib.copy_entries(directory, ledger)
-        if can_write:
-            atexit.register(entries_lib.copy_entries, ledger, directory)
-        saved = (
-            "new ones are saved there at every epoch end"
-            if can_write
-            else "it cannot be written, so new compilations are not saved"
-        )
-        message = (
-            f"XLA persistent compile cache active in {directory} through "
-            f"this process's compile ledger ({len(copied)} of {existing} "
-            f"entries copied in; {saved})."
-        )
-        return CacheStatus(
-            directory, True, existing, message, ledger, can_write, aside
-        )
-    if ledger is not None:
-        message = f"XLA persistent compile cache active in {directory}."
-        return CacheStatus(directory, True, existing, message, "", True, aside)
     message = (
         "The XLA compile cache flag came too late: TensorFlow reads "
         "TF_XLA_FLAGS once, at its first op, and had run one already in "
@@ -168,12 +195,52 @@ def enable_compile_cache(directory: str, verify: bool = True) -> CacheStatus:
     return CacheStatus(directory, False, existing, message, set_aside=aside)
 
 
+def _mirror(
+    directory, existing, aside, ledger, can_write, trust
+) -> CacheStatus:
+    """The cache served through the in-memory ledger: its entries copied
+    in now, the ones this process compiles copied out later."""
+    copied, left_out = entries_lib.copy_in(directory, ledger, trust)
+    if can_write:
+        atexit.register(_save_at_exit, ledger, directory, os.getpid())
+    saved = (
+        "new ones are saved there at every epoch end"
+        if can_write
+        else "it cannot be written, so new compilations are not saved"
+    )
+    message = (
+        f"XLA persistent compile cache active in {directory} ({len(copied)} "
+        f"of {existing} entries loaded; {saved})."
+    )
+    return CacheStatus(
+        directory,
+        True,
+        existing,
+        message,
+        ledger,
+        can_write,
+        aside,
+        left_out=tuple(left_out),
+    )
+
+
+def _save_at_exit(ledger: str, directory: str, pid: int) -> None:
+    # A forked child inherits the handler; only the process that enabled
+    # the cache saves to it.
+    if os.getpid() == pid:
+        entries_lib.copy_out(ledger, directory)
+
+
 def _set_flag(directory, existing, aside, verify) -> CacheStatus:
     """Before TensorFlow starts: the flag names `directory`; a canary
     compilation checks that entries appear there."""
     from keras_xla.tf_backend.flags import with_flag
 
     previous = os.environ.get("TF_XLA_FLAGS")
+    problem = _flag_problem(directory, previous or "")
+    if problem:
+        message = f"The XLA compile cache in {directory} is off: {problem}."
+        return CacheStatus(directory, False, existing, message, set_aside=aside)
     os.environ["TF_XLA_FLAGS"] = with_flag(
         previous or "", CACHE_FLAG, directory
     )
@@ -204,6 +271,23 @@ def _set_flag(directory, existing, aside, verify) -> CacheStatus:
         f"canary compilation wrote no entry{problem}."
     )
     return CacheStatus(directory, False, existing, message, set_aside=aside)
+
+
+def _flag_problem(directory: str, flags: str) -> str | None:
+    """Why the flag must not name `directory`: TensorFlow then writes
+    there itself, and fails the step whose entry it cannot write."""
+    from keras_xla.tf_backend.flags import extensible
+
+    if not extensible(flags):
+        return "TF_XLA_FLAGS holds quotes keras_xla cannot extend safely"
+    free = shutil.disk_usage(directory).free
+    if free < entries_lib.MIN_FREE_BYTES:
+        return (
+            f"its disk has {free >> 20} MiB free; with the compile ledger "
+            "off TensorFlow writes the cache itself and would fail a step "
+            "on a full disk"
+        )
+    return None
 
 
 def _canary_writes_entry(directory: str) -> bool:
@@ -250,7 +334,18 @@ def setup_findings(status: CacheStatus | None) -> list[tuple]:
     out, aside = [], []
     if status is not None:
         aside = [(status.directory, n) for n in status.set_aside]
-        if not status.active:
+        if status.untrusted:
+            out.append(
+                (
+                    findings.COMPILE_CACHE_UNTRUSTED,
+                    status.message,
+                    f"Use a directory only you can write (chmod go-w "
+                    f"{status.directory}), or pass "
+                    "XLATuner(trust_shared_cache=True) if you trust everyone "
+                    "who can write it.",
+                )
+            )
+        elif not status.active:
             out.append(
                 (findings.COMPILE_CACHE_INACTIVE, status.message, INACTIVE_FIX)
             )
@@ -262,7 +357,29 @@ def setup_findings(status: CacheStatus | None) -> list[tuple]:
                     f"Make {status.directory} writable to save new entries.",
                 )
             )
+    if status is not None and status.left_out:
+        names = "; ".join(f"{n}: {why}" for n, why in status.left_out)
+        out.append(
+            (
+                findings.COMPILE_CACHE_UNTRUSTED,
+                f"{len(status.left_out)} compile cache entries in "
+                f"{status.directory} were not loaded ({names}); their "
+                "signatures compile afresh.",
+                "Delete those files, or pass "
+                "XLATuner(trust_shared_cache=True) if you trust everyone "
+                "who can write them (links are never followed).",
+            )
+        )
     ledger = compile_ledger.status()
+    if ledger.directory is None:
+        out.append(
+            (
+                findings.COMPILE_LEDGER_OFF,
+                f"XLA's compilations are not recorded: {ledger.reason}. The "
+                "HLO analysis and auto-clustering's counts need them.",
+                ledger.fix,
+            )
+        )
     if ledger.directory and not ledger.owned:
         moved = entries_lib.set_aside(ledger.directory)
         aside += [(ledger.directory, n) for n in moved]

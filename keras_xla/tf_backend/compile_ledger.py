@@ -1,40 +1,56 @@
-"""XLA's own record of the compilations of this process.
+"""XLA's own record of the compilations of this process, kept in memory.
 
 With `--tf_xla_persistent_cache_directory=DIR` in `TF_XLA_FLAGS`,
 TensorFlow writes one entry file for every XLA compilation it runs, for
-`jit_compile` steps and auto-clustering's clusters alike (checked against
-the profiler: 2 entries for 2 compilations, 5 for auto-clustering's 5). An
-entry is an `XlaSerializedCacheEntry`: field 2 the unoptimized
-`HloModuleProto`, field 3 the serialized executable, whose field 1.1 is
-the optimized `HloModuleProto` XLA ran. So the directory is a ledger that
-costs no compilation: the optimized HLO of the train step is read from
-it, not compiled again.
+`jit_compile` steps and auto-clustering's clusters alike. An entry is an
+`XlaSerializedCacheEntry`: field 2 the unoptimized `HloModuleProto`,
+field 3 the serialized executable, whose field 1.1 is the optimized
+`HloModuleProto` XLA ran. So the directory is a ledger that costs no
+compilation: the optimized HLO of the train step is read from it, not
+compiled again.
+
+The ledger lives in TensorFlow's in-memory file system (`ram://`), never
+on a disk: TensorFlow fails the step whose entry it cannot write (a full
+disk trained no step), and a directory on disk could be read or planted
+by others, inherited by children or left behind by a killed job. In
+memory it belongs to this process alone, and a child that inherits the
+flag writes to its own memory. Its size is held under `BUDGET_BYTES` by
+removing the oldest entries (a removed entry only means TensorFlow
+compiles that signature again, as it would without a ledger).
 
 TensorFlow reads `TF_XLA_FLAGS` once, when it first lists devices (at its
 first op). `install()` runs at `import keras_xla`: if TensorFlow has not
-started, and no cache directory is set, it points the flag at a fresh
-directory of this process (removed at exit). A cache directory the user
-set (`XLATuner(compile_cache=DIR)` before TensorFlow starts, or the flag
-itself) serves as the ledger too; its entries are never removed here.
+started, and no cache directory is set, it adds the flag; once TensorFlow
+has read it (`release_environment()`, at a fit's start) the variable is
+given back to the user, so subprocesses inherit the user's value. A
+directory the user set in the flag serves as the ledger as it is.
 `KERAS_XLA_LEDGER=0` turns this off.
+
+The in-memory file system keeps no modification times, so an entry's
+time is when this process first listed it (`stamp()`, called as each
+step call ends).
 """
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
+import fnmatch
 import glob
 import os
 import shutil
 import sys
 import tempfile
+import time
 
 from keras_xla.tf_backend import flags as flags_lib
 
 CACHE_FLAG = "tf_xla_persistent_cache_directory"
 ENTRY_PATTERN = "xla_compile_cache__*.pb"
+MEMORY = "ram://"
 PREFIX = "keras_xla_ledger_"
 OFF_VARIABLE = "KERAS_XLA_LEDGER"
+# The most the in-memory ledger holds; the oldest entries go first.
+BUDGET_BYTES = 256 << 20
 
 
 @dataclasses.dataclass
@@ -44,11 +60,17 @@ class LedgerStatus:
     directory: str | None
     owned: bool
     reason: str
+    # What the user can do about `reason`.
+    fix: str = ""
     # TF_XLA_FLAGS as the user set it, before `install()` added the flag.
     user_flags: str | None = None
+    # TF_XLA_FLAGS as `install()` left it (None: not changed).
+    set_flags: str | None = None
 
 
 _STATUS = LedgerStatus(None, False, "keras_xla was not imported")
+# In-memory entries: path -> (first listed at, size in bytes).
+_SEEN: dict[str, tuple[float, int]] = {}
 
 
 def tensorflow_started() -> bool:
@@ -70,22 +92,32 @@ def flag_directory(environ=None) -> str | None:
 
 
 def install(environ=None) -> LedgerStatus:
-    """Makes sure XLA's compilations are recorded in a directory; see the
-    module docstring. Never raises."""
+    """Makes sure XLA's compilations are recorded; see the module
+    docstring. Never raises."""
     global _STATUS
     environ = os.environ if environ is None else environ
     user_flags = environ.get("TF_XLA_FLAGS")
     try:
         _STATUS = _install(environ)
     except Exception as error:  # noqa: BLE001 - never break an import
-        _STATUS = LedgerStatus(None, False, f"it could not be set up: {error}")
+        _STATUS = LedgerStatus(
+            None,
+            False,
+            f"it could not be set up ({type(error).__name__}: {error})",
+            "Nothing to do: training is not affected.",
+        )
     _STATUS.user_flags = user_flags
     return _STATUS
 
 
 def _install(environ) -> LedgerStatus:
     if environ.get(OFF_VARIABLE) == "0":
-        return LedgerStatus(None, False, f"{OFF_VARIABLE}=0 turned it off")
+        return LedgerStatus(
+            None,
+            False,
+            f"{OFF_VARIABLE}=0 turned it off",
+            f"Unset {OFF_VARIABLE} to record them.",
+        )
     existing = flag_directory(environ)
     inherited = existing is not None and _is_other_process_ledger(existing)
     if tensorflow_started():
@@ -96,29 +128,57 @@ def _install(environ) -> LedgerStatus:
             False,
             "TensorFlow had started (run an op) before keras_xla was "
             "imported, so XLA's compilations are not recorded",
+            "Import keras_xla before TensorFlow runs its first op.",
         )
     if existing and not inherited:
         return LedgerStatus(existing, False, "")
-    directory = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}_")
-    environ["TF_XLA_FLAGS"] = flags_lib.with_flag(
-        environ.get("TF_XLA_FLAGS", ""), CACHE_FLAG, directory
-    )
-    atexit.register(shutil.rmtree, directory, True)
-    return LedgerStatus(directory, True, "")
+    user = environ.get("TF_XLA_FLAGS", "")
+    if inherited:
+        user = flags_lib.without_flag(user, f"--{CACHE_FLAG}={existing}")
+    if not flags_lib.extensible(user):
+        return LedgerStatus(
+            None,
+            False,
+            "TF_XLA_FLAGS holds quotes that keras_xla cannot extend "
+            "without changing how TensorFlow reads them, so it is left "
+            "as it is",
+            "Remove the quotes from TF_XLA_FLAGS.",
+        )
+    directory = f"{MEMORY}{PREFIX}{os.getpid()}"
+    value = f"{user.strip()} --{CACHE_FLAG}={directory}".strip()
+    environ["TF_XLA_FLAGS"] = value
+    return LedgerStatus(directory, True, "", set_flags=value)
 
 
 def _is_other_process_ledger(directory: str) -> bool:
-    name = os.path.basename(os.path.normpath(directory))
-    return name.startswith(PREFIX) and not name.startswith(
-        f"{PREFIX}{os.getpid()}_"
-    )
+    name = os.path.basename(os.path.normpath(directory.removeprefix(MEMORY)))
+    if not name.startswith(PREFIX):
+        return False
+    return name.removeprefix(PREFIX).split("_")[0] != str(os.getpid())
+
+
+def release_environment(environ=None) -> bool:
+    """Gives `TF_XLA_FLAGS` back as the user set it, once TensorFlow has
+    read it, so subprocesses inherit the user's value; a value the user
+    changed since is left alone. Returns whether it was given back."""
+    environ = os.environ if environ is None else environ
+    status = _STATUS
+    if status.set_flags is None or not tensorflow_started():
+        return False
+    if environ.get("TF_XLA_FLAGS") == status.set_flags:
+        if status.user_flags is None:
+            del environ["TF_XLA_FLAGS"]
+        else:
+            environ["TF_XLA_FLAGS"] = status.user_flags
+    status.set_flags = None
+    return True
 
 
 def status() -> LedgerStatus:
     """The ledger of this process: its directory, or why there is none.
 
-    A cache directory set later and verified in force
-    (`enable_compile_cache`) replaces the import-time one.
+    A cache directory set before TensorFlow started and verified in force
+    (`enable_compile_cache` with the ledger off) replaces it.
     """
     return _STATUS
 
@@ -126,7 +186,9 @@ def status() -> LedgerStatus:
 def use_directory(directory: str) -> None:
     """Records that `directory` is now the cache directory in force."""
     global _STATUS
-    _STATUS = LedgerStatus(directory, False, "", _STATUS.user_flags)
+    _STATUS = dataclasses.replace(
+        _STATUS, directory=directory, owned=False, reason="", fix=""
+    )
 
 
 def user_environment(environ=None) -> dict[str, str | None]:
@@ -139,12 +201,73 @@ def user_environment(environ=None) -> dict[str, str | None]:
     return values
 
 
+def in_memory(directory: str | None) -> bool:
+    """Whether `directory` is in TensorFlow's in-memory file system."""
+    return bool(directory) and directory.startswith(MEMORY)
+
+
+def stamp(now: float | None = None, budget: int | None = None) -> None:
+    """Lists the in-memory ledger: entries not seen before are dated
+    `now` (the end of the step call that wrote them); then the oldest
+    entries are removed while the ledger holds more than `budget` bytes
+    (`BUDGET_BYTES`). Cheap (a listing of a few microseconds) and a no-op
+    for a ledger on disk, whose files carry their own times."""
+    directory = _STATUS.directory
+    if not _STATUS.owned or not in_memory(directory):
+        return
+    if _STATUS.set_flags is not None:
+        release_environment()  # a step ran: TensorFlow read its flags
+    now = time.time() if now is None else now
+    names = _children(directory)
+    fresh = [n for n in names if _path(directory, n) not in _SEEN]
+    if not fresh and len(_SEEN) == len(names):
+        return
+    present = {_path(directory, n) for n in names}
+    for path in [p for p in _SEEN if p not in present]:
+        del _SEEN[path]  # removed by someone else (a cache's clear)
+    for name in fresh:
+        path = _path(directory, name)
+        _SEEN[path] = (now, size(path))
+    _prune(BUDGET_BYTES if budget is None else budget)
+
+
+def _prune(budget: int) -> None:
+    total = sum(s for _, s in _SEEN.values())
+    for path, (_, nbytes) in sorted(_SEEN.items(), key=lambda kv: kv[1]):
+        if total <= budget:
+            return
+        remove(path)
+        _SEEN.pop(path, None)
+        total -= nbytes
+
+
+def _children(directory: str) -> list[str]:
+    from tensorflow.python.lib.io import _pywrap_file_io
+
+    try:
+        names = _pywrap_file_io.GetChildren(directory)
+    except Exception:  # noqa: BLE001 - not created yet: no compilation
+        return []
+    return [n for n in names if fnmatch.fnmatch(n, ENTRY_PATTERN)]
+
+
+def _path(directory: str, name: str) -> str:
+    return directory.rstrip("/") + "/" + name
+
+
 def entries(directory: str) -> dict[str, float]:
-    """The ledger's entry files and their modification times."""
+    """The ledger's (or a cache directory's) entry files and their times:
+    modification times on disk, first-listed times in memory."""
+    if in_memory(directory):
+        if directory == _STATUS.directory and _STATUS.owned:
+            stamp()
+            return {p: t for p, (t, _) in _SEEN.items()}
+        now = time.time()
+        return {_path(directory, n): now for n in _children(directory)}
     out = {}
-    for path in glob.glob(os.path.join(directory, ENTRY_PATTERN)):
+    for path in glob.glob(os.path.join(glob.escape(directory), ENTRY_PATTERN)):
         try:
-            out[path] = os.path.getmtime(path)
+            out[path] = os.lstat(path).st_mtime
         except OSError:
             continue  # removed meanwhile
     return out
@@ -161,6 +284,99 @@ def entries_between(
         if start - 0.05 <= mtime <= end + slack
     ]
     return [path for _, path in sorted(found)]
+
+
+def read_bytes(path: str) -> bytes:
+    """An entry's bytes; a file on disk is read without following a
+    symbolic link. Raises `OSError`."""
+    if in_memory(path):
+        from tensorflow.python.lib.io import file_io
+
+        try:
+            return file_io.read_file_to_string(path, binary_mode=True)
+        except Exception as error:  # noqa: BLE001 - TF's own errors
+            raise OSError(f"cannot read {path}: {error}") from error
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Writes an in-memory entry. Raises `OSError`."""
+    from tensorflow.python.lib.io import file_io
+
+    try:
+        file_io.recursive_create_dir_v2(path.rsplit("/", 1)[0])
+        file_io.atomic_write_string_to_file(path, data)
+    except Exception as error:  # noqa: BLE001 - TF's own errors
+        raise OSError(f"cannot write {path}: {error}") from error
+
+
+def size(path: str) -> int:
+    """An entry's size in bytes (0 if it is gone)."""
+    try:
+        if in_memory(path):
+            from tensorflow.python.lib.io import file_io
+
+            return file_io.stat(path).length
+        return os.lstat(path).st_size
+    except Exception:  # noqa: BLE001 - removed meanwhile
+        return 0
+
+
+def remove(path: str) -> None:
+    """Removes an entry; one that is already gone is fine."""
+    try:
+        if in_memory(path):
+            from tensorflow.python.lib.io import file_io
+
+            file_io.delete_file_v2(path)
+        else:
+            os.remove(path)
+    except Exception:  # noqa: BLE001 - removed meanwhile
+        pass
+
+
+def remove_stale_ledgers(directory: str | None = None) -> list[str]:
+    """Removes on-disk ledgers that earlier versions of keras_xla left in
+    the temporary directory when their process was killed: directories
+    named `keras_xla_ledger_<pid>_*` owned by this user, not links, whose
+    process is gone. Returns the paths removed; never raises."""
+    directory = directory or tempfile.gettempdir()
+    removed = []
+    try:
+        candidates = glob.glob(
+            os.path.join(glob.escape(directory), f"{PREFIX}*_*")
+        )
+    except OSError:
+        return removed
+    for path in candidates:
+        pid = os.path.basename(path).removeprefix(PREFIX).split("_")[0]
+        try:
+            info = os.lstat(path)
+            if (
+                not pid.isdigit()
+                or not os.path.isdir(path)
+                or os.path.islink(path)
+                or info.st_uid != os.getuid()
+                or _alive(int(pid))
+            ):
+                continue
+            shutil.rmtree(path)
+        except OSError:
+            continue
+        removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by someone else
+    return True
 
 
 def _fields(data: bytes) -> dict[int, list]:
@@ -201,11 +417,10 @@ def _varint(data: bytes, i: int) -> tuple[int, int]:
         shift += 7
 
 
-def read_modules(path: str) -> tuple[bytes, bytes]:
-    """The serialized `(unoptimized, optimized)` `HloModuleProto`s of one
-    entry; `ValueError` if the file is not an entry."""
-    with open(path, "rb") as f:
-        top = _fields(f.read())
+def parse_modules(data: bytes, path: str = "entry") -> tuple[bytes, bytes]:
+    """The serialized `(unoptimized, optimized)` `HloModuleProto`s of an
+    entry's bytes; `ValueError` if they are not an entry."""
+    top = _fields(data)
     try:
         unoptimized = top[2][0]
         executable = _fields(top[3][0])
@@ -213,3 +428,10 @@ def read_modules(path: str) -> tuple[bytes, bytes]:
     except (KeyError, IndexError, TypeError) as error:
         raise ValueError(f"{path} is not an XLA cache entry") from error
     return unoptimized, optimized
+
+
+def read_modules(path: str) -> tuple[bytes, bytes]:
+    """The serialized `(unoptimized, optimized)` `HloModuleProto`s of one
+    entry; `ValueError` if the file is not an entry, `OSError` if it
+    cannot be read."""
+    return parse_modules(read_bytes(path), path)

@@ -161,6 +161,18 @@ def without_flag(value: str, raw: str) -> str:
     return " ".join(text for text in (format_flags(kept), ignored) if text)
 
 
+def extensible(value: str) -> bool:
+    """Whether a flag appended to `value` is read by TensorFlow with the
+    rest unchanged: no quotes (TensorFlow reads an unclosed one in its own
+    way, and `--a="2` with a flag after it aborts where `--a="2` alone
+    does not), no flags file, and no ignored text the flag would join."""
+    if "'" in value or '"' in value:
+        return False
+    if value.strip(_SPACE)[:1] not in ("", "-"):
+        return False
+    return not _split(value)[1]
+
+
 def with_flag(value: str, name: str, flag_value: str | None) -> str:
     """Returns `value` with one flag set, every other flag kept as written.
 
