@@ -14,7 +14,7 @@ import statistics
 
 from keras_xla.core.report import CompileCacheSection
 from keras_xla.tf_backend import cache_entries as entries_lib
-from keras_xla.tf_backend import json_files
+from keras_xla.tf_backend import cache_home, json_files
 from keras_xla.tf_backend.compile_cache import cache_entries
 
 
@@ -67,9 +67,12 @@ def record_compile_times(directory: str, compile_log) -> dict:
         if c.cache == "miss"
     }
     if fresh:
-        # Re-read: the workers of a run share the file.
-        known = {**json_files.read_object(path), **fresh}
-        json_files.write(path, known)
+        # Under the file's lock: the workers of a run share it.
+        try:
+            known = json_files.update(path, lambda data: data.update(fresh))
+        except OSError as error:  # Kept in memory for this process.
+            cache_home.cannot_keep("the compile times", error, home=False)
+            known = json_files.read_object(path)
     hits = [c for c in compile_log if c.cache == "hit"]
     saved = sum(
         max(known[_signature_key(c)] - c.compile_seconds, 0.0)

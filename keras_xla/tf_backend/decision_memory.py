@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import platform
 import time
 from typing import Any
 
-from keras_xla.tf_backend import hardware, json_files
+from keras_xla.tf_backend import cache_home, hardware, json_files
 
 FILE = "trial_decisions.json"
-logger = logging.getLogger(__name__)
 
 
 class DecisionMemory:
@@ -104,19 +102,20 @@ class DecisionMemory:
         """Keeps `winner` for this key; `up_to_steps` when it holds for
         runs up to that many steps only (an XLA candidate was not tried
         because it could not pay back in this run's steps)."""
-        data = json_files.read_object(self.path)
-        data[self.key(signature)] = {
+        entry = {
             "base": self.base,
             "winner": winner,
             "reason": reason,
             "saved_at": time.strftime("%Y-%m-%d %H:%M:%S"),
         }
         if up_to_steps is not None:
-            data[self.key(signature)]["up_to_steps"] = int(up_to_steps)
+            entry["up_to_steps"] = int(up_to_steps)
+        key = self.key(signature)
         try:
-            json_files.write(self.path, data)
+            # Under the file's lock: a concurrent run's decisions stay.
+            json_files.update(self.path, lambda data: data.update({key: entry}))
         except OSError as error:
-            logger.warning("keras_xla: cannot keep the decision: %s", error)
+            cache_home.cannot_keep("the decision", error)
 
 
 def directory(cache_status: Any) -> str:

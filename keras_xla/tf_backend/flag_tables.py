@@ -137,11 +137,17 @@ def _load(key: str | None) -> dict[str, FlagTable] | None:
 def _store(key: str | None, found: dict[str, FlagTable]) -> None:
     if key is None:
         return
-    from keras_xla.tf_backend import json_files
+    from keras_xla.tf_backend import cache_home, json_files
 
-    path = _path()
+    origin = key.rsplit("@", 1)[0]
+
+    def change(data: dict) -> None:
+        # One entry per TensorFlow install: this one's earlier stamps go.
+        for old in [k for k in data if k.rsplit("@", 1)[0] == origin]:
+            del data[old]
+        data[key] = {v: {"types": t.types} for v, t in found.items()}
+
     try:
-        data = {key: {v: {"types": t.types} for v, t in found.items()}}
-        json_files.write(path, data)
-    except OSError:
-        logger.warning("Cannot keep the XLA flag tables in %s.", path)
+        json_files.update(_path(), change)
+    except OSError as error:
+        cache_home.cannot_keep("the XLA flag tables", error)

@@ -14,7 +14,7 @@ import platform
 import time
 from typing import Any
 
-from keras_xla.tf_backend import hardware, json_files
+from keras_xla.tf_backend import cache_home, hardware, json_files
 from keras_xla.tf_backend.hardware import cache_directory
 from keras_xla.tf_backend.hlo import HloStats
 
@@ -98,14 +98,15 @@ def measured_peak_flops(dtype: str = "float32") -> float:
     """`measure_peak_flops(dtype)` (one small compilation), kept on disk
     for this machine, so later runs and processes read it for free."""
     key = machine_key(dtype)
-    peaks = _read_peaks()
-    if key not in peaks:
-        peaks[key] = measure_peak_flops(dtype)
+    peak = _read_peaks().get(key)
+    if peak is None:
+        peak = measure_peak_flops(dtype)
+        path = os.path.join(cache_directory(), PEAKS_FILE)
         try:
-            json_files.write(os.path.join(cache_directory(), PEAKS_FILE), peaks)
-        except OSError:
-            pass  # kept for this process only
-    return peaks[key]
+            json_files.update(path, lambda peaks: peaks.update({key: peak}))
+        except OSError as error:  # Kept in memory for this process.
+            cache_home.cannot_keep("the measured peak FLOP/s", error)
+    return peak
 
 
 def _read_peaks() -> dict:

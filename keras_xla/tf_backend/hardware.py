@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 from collections.abc import Iterable
 from typing import Any
+
+from keras_xla.tf_backend import cache_home
 
 # CPU flags (as in /proc/cpuinfo) of native bfloat16 dot products.
 BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
@@ -85,11 +86,6 @@ def resolve_cpu_flags(flags: Iterable[str] | None) -> frozenset[str]:
 def cache_directory() -> str:
     """Where keras_xla keeps what it measured on this machine:
     `KERAS_XLA_CACHE_DIR`, else `$XDG_CACHE_HOME/keras_xla` (or
-    `~/.cache/keras_xla`)."""
-    explicit = os.environ.get("KERAS_XLA_CACHE_DIR")
-    if explicit:
-        return explicit
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".cache"
-    )
-    return os.path.join(base, "keras_xla")
+    `~/.cache/keras_xla`); a private temporary folder for this process
+    when that cannot be used (`cache_home`)."""
+    return cache_home.directory()

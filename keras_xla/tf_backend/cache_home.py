@@ -1,0 +1,129 @@
+"""keras_xla's cache home: where it keeps what it measured on this
+machine (flag tables, peak FLOP/s, remembered decisions).
+
+`KERAS_XLA_CACHE_DIR`, else `$XDG_CACHE_HOME/keras_xla` (or
+`~/.cache/keras_xla`). A home that cannot be used (a file, read-only,
+owned by another user, writable by every user) is replaced for this
+process by a private folder in the temporary directory (created `0o700`
+and checked to be this user's own, never through a link), or, failing
+that, by memory (`json_files` keeps what it could not write): one logged
+reason, and the next process finds what this one measured, so nothing
+slow (the flag-table probe at import) runs again.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+import tempfile
+
+logger = logging.getLogger(__name__)
+
+VARIABLE = "KERAS_XLA_CACHE_DIR"
+# Configured home -> the directory used for it in this process.
+_CHOSEN: dict[str, str] = {}
+_HOME = "the cache home"
+_said: set[str] = set()  # What this process logged it cannot keep.
+
+
+def configured() -> str:
+    """The home as configured, usable or not."""
+    explicit = os.environ.get(VARIABLE)
+    if explicit:
+        return explicit
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".cache"
+    )
+    return os.path.join(base, "keras_xla")
+
+
+def directory() -> str:
+    """The directory to keep files in: the configured home if it can be
+    used, else the fallback (see the module docstring), checked once per
+    process and home."""
+    home = configured()
+    if home not in _CHOSEN:
+        _CHOSEN[home] = _choose(home)
+    return _CHOSEN[home]
+
+
+def cannot_keep(what: str, error: BaseException, home: bool = True) -> None:
+    """Logs that `what` could not be kept on disk (it stays in memory for
+    this process): a warning once per process and `what`, none for a
+    file of the home when its fallback was logged already (`home`)."""
+    quiet = what in _said or (home and _HOME in _said)
+    _said.add(what)
+    (logger.debug if quiet else logger.warning)(
+        "keras_xla: cannot keep %s (%s); kept for this process.", what, error
+    )
+
+
+def _choose(home: str) -> str:
+    problem = unusable(home)
+    if problem is None:
+        return home
+    fallback, why_not = _private_temporary()
+    if fallback is not None:
+        instead = f"using {fallback} instead"
+    else:
+        instead = f"keeping its measurements in memory ({why_not})"
+    logger.warning(
+        "keras_xla: its cache home %s cannot be used (%s); %s. Set %s to a "
+        "directory of your own to keep them.",
+        home,
+        problem,
+        instead,
+        VARIABLE,
+    )
+    _said.add(_HOME)  # Failed writes there need no second warning.
+    return fallback or home
+
+
+def unusable(home: str) -> str | None:
+    """Why `home` cannot be keras_xla's cache home, or None if it can
+    (it is created if missing)."""
+    try:
+        os.makedirs(home, mode=0o700, exist_ok=True)
+        info = os.stat(home)
+    except FileExistsError:
+        return "a file, not a directory"
+    except OSError as error:
+        return error.strerror or str(error)
+    if not stat.S_ISDIR(info.st_mode):
+        return "a file, not a directory"
+    if hasattr(os, "getuid") and info.st_uid != os.getuid():
+        return f"owned by user id {info.st_uid}, not this user"
+    if info.st_mode & stat.S_IWOTH:
+        return "writable by every user"
+    if not os.access(home, os.W_OK | os.X_OK):
+        return "not writable"
+    return None
+
+
+def _private_temporary() -> tuple[str | None, str]:
+    """`<tmp>/keras_xla-<uid>`, made `0o700` if missing, if it is this
+    user's own directory (not a link, no access for others); else None
+    and why not."""
+    if not hasattr(os, "getuid"):
+        return None, "no user id on this system"
+    uid = os.getuid()
+    path = os.path.join(tempfile.gettempdir(), f"keras_xla-{uid}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as error:
+        return None, f"{path}: {error.strerror}"
+    try:
+        info = os.lstat(path)
+    except OSError as error:
+        return None, f"{path}: {error.strerror}"
+    if not stat.S_ISDIR(info.st_mode):
+        return None, f"{path} is not a directory (a link?)"
+    if info.st_uid != uid or info.st_mode & 0o077:
+        return None, f"{path} is not this user's private directory"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return None, f"{path}: {os.strerror(errno.EACCES)}"
+    return path, ""
