@@ -1,12 +1,17 @@
-"""A fit's outputs: the report JSON, then TensorBoard, each failing on
-its own into an `output-failed` finding (only `strict=True` raises).
-The JSON goes first: it is what must survive a crash.
+"""A fit's outputs: the report JSON, then TensorBoard, then the larger
+files (the HLO module), each failing on its own into an `output-failed`
+finding (only `strict=True` raises). The JSON goes first: it is what
+must survive a crash or a full disk. Files the epoch's checks write
+(`core.files.write_later`) wait until the JSON is written; every file is
+written whole (`core.files.write_whole`), so a full disk leaves neither
+a truncated file nor a temporary one.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from keras_xla.core import files
 from keras_xla.core import findings as codes
 from keras_xla.tf_backend.summaries import SummaryWriter, write_epoch
 
@@ -26,11 +31,15 @@ class FitOutputs:
         self.writer = SummaryWriter(self.log_dir) if self.log_dir else None
         self.decided = False  # a decision to write at this epoch's end
         self.steps_done = 0  # train steps of the epochs before
+        self.pending: list[tuple[str, bytes | str]] = []  # after the JSON
 
-    def safely(self, what: str, fn, *args) -> None:
-        """`fn(*args)`; a failure becomes an `output-failed` finding."""
+    def safely(self, what: str, fn, *args) -> bool:
+        """`fn(*args)`, holding the files it writes for `write`; a failure
+        becomes an `output-failed` finding. Returns whether it worked."""
         try:
-            fn(*args)
+            with files.deferring(self.pending):
+                fn(*args)
+            return True
         except Exception as error:  # noqa: BLE001 - never stop training
             if self.settings.strict:
                 raise
@@ -41,17 +50,42 @@ class FitOutputs:
                 "train/ too); the other outputs were written.",
                 (what,),
             )
+            return False
 
     def write(self, stats=None, records=()) -> None:
         """The JSON, then TensorBoard: the epoch of `stats`, or (None)
-        closing the writer at train end."""
+        closing the writer at train end; then the files held back."""
         if not self.log_dir:
+            self.pending.clear()
             return
         self.safely("the report JSON", self.report.write, self.log_dir)
         if stats is None:
             self.safely("TensorBoard summaries", self.writer.close)
-            return
-        args = (stats, self.report, self.decided, records, self.steps_done)
-        self.safely("TensorBoard summaries", write_epoch, self.writer, *args)
-        self.decided = False
-        self.steps_done += stats.steps
+        else:
+            args = (stats, self.report, self.decided, records, self.steps_done)
+            self.safely(
+                "TensorBoard summaries", write_epoch, self.writer, *args
+            )
+            self.decided = False
+            self.steps_done += stats.steps
+        self._write_pending()
+
+    def _write_pending(self) -> None:
+        """The files held back, after the JSON; one that fails is named
+        no more by the report, whose JSON is written again to say so."""
+        pending, self.pending = self.pending, []
+        failed = [
+            path
+            for path, data in pending
+            if not self.safely(
+                f"writing {path}", files.write_into_own_directory, path, data
+            )
+        ]
+        hlo = self.report.hlo
+        for path in failed:
+            if hlo is not None and hlo.module == path:
+                hlo.module = None
+            if hlo is not None and hlo.text == path:
+                hlo.text = None
+        if failed:
+            self.safely("the report JSON", self.report.write, self.log_dir)

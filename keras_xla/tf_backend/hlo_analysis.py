@@ -191,10 +191,11 @@ def _ledger_modules(signature: Signature, compile_log) -> tuple[bytes, bytes]:
 
 
 def _write(path: str, data: bytes) -> str:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(data)
-    return path
+    # Whole or not at all, never through a link; after the report JSON
+    # when a fit's outputs defer it (`core.files.write_later`).
+    from keras_xla.core import files
+
+    return files.write_later(path, data)
 
 
 def batch_from_signature(signature: Signature) -> tuple:
