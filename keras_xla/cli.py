@@ -5,6 +5,10 @@ CPU features, the XLA flag variables (checked before any TensorFlow op: a
 bad `TF_XLA_FLAGS` aborts the process at its first op), op determinism and
 a timed compile. `keras-xla report LOGDIR [LOGDIR2]` renders the
 `xla_report.json` that `XLATuner(log_dir=...)` writes, or compares two.
+Whatever a report file holds, `report` prints what it could read (and
+notes on stderr what it skipped) or exits 2 with one line naming the file
+and what was wrong, never a traceback; strings from reports and paths are
+escaped for the terminal, and `--json` is strict JSON.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from collections.abc import Sequence
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TF loads
 
-from keras_xla.core import compare, render  # noqa: E402
+from keras_xla.core import compare, reading, render  # noqa: E402
 from keras_xla.core.report import REPORT_FILENAME, XLAReport  # noqa: E402
 from keras_xla.tf_backend import doctor  # noqa: E402
 
@@ -41,10 +45,11 @@ class ReportError(Exception):
 
 
 def load_report(path: str) -> tuple[XLAReport, str]:
-    """Loads a report from a log dir or a JSON file path.
+    """Loads a report from a log dir or a JSON file path, read as far as
+    it can be (`keras_xla.core.reading`).
 
     Raises:
-        ReportError: Naming the path and what was expected.
+        ReportError: Naming the path and what was expected or wrong.
     """
     file_path = path
     if os.path.isdir(path):
@@ -56,43 +61,82 @@ def load_report(path: str) -> tuple[XLAReport, str]:
     if not os.path.isfile(file_path):
         raise ReportError(f"No report at {file_path}: {expected}.")
     try:
-        return XLAReport.load(file_path), file_path
-    except (ValueError, TypeError, AttributeError, OSError) as error:
+        with open(file_path, encoding="utf-8") as f:
+            data = reading.parse(f.read())
+        return XLAReport.from_dict(data), file_path
+    except Exception as error:  # Whatever the file holds: never a trace.
         bad_json = isinstance(error, json.JSONDecodeError)
         kind = "valid JSON" if bad_json else "a keras_xla report"
         raise ReportError(
-            f"{file_path} is not {kind} ({error}): {expected}."
+            f"{file_path} is not {kind} ({_detail(error)}): {expected}."
         ) from error
 
 
-def run_report(args: argparse.Namespace) -> int:
-    try:
-        paths = [args.logdir] + ([args.logdir2] if args.logdir2 else [])
-        runs = [load_report(path) for path in paths]
-    except ReportError as error:
-        print(f"keras-xla report: {error}", file=sys.stderr)
-        return USAGE_ERROR
-    for report, path in runs:
-        if report.skipped:
-            print(
-                f"keras-xla report: {path}: read without "
-                f"{len(report.skipped)} part(s) it could not read: "
-                + "; ".join(report.skipped),
-                file=sys.stderr,
-            )
+def _detail(error: Exception) -> str:
+    """The error's message (or its type's name), cut to 200 characters."""
+    text = str(error) or type(error).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _emit(text: str, stream) -> None:
+    """Prints `text` to `stream`; a character its encoding lacks is
+    written as an escape rather than failing the print."""
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    text = text.encode(encoding, "backslashreplace").decode(encoding)
+    print(text, file=stream)
+
+
+def _tell(message: str) -> None:
+    """Prints `message` as one `keras-xla report:` line on stderr, its
+    control characters escaped."""
+    _emit(f"keras-xla report: {render.printable(message)}", sys.stderr)
+
+
+def render_report(args: argparse.Namespace, runs: list) -> str:
+    """The text `keras-xla report` prints for the loaded `runs`: JSON
+    with `--json`, else text whose strings from the reports, paths and
+    labels are escaped for a terminal (`render.printable`)."""
     labels = args.labels or [
         os.path.basename(os.path.dirname(os.path.abspath(path)))
         for _, path in runs
     ]
     if len(runs) == 1 and args.json:
-        print(runs[0][0].to_json())
-    elif len(runs) == 1:
-        print(render.full_report(*runs[0]))
-    elif args.json:
+        return render.json_text(runs[0][0].to_dict())
+    if args.json:
         first, second = (report for report, _ in runs)
-        print(json.dumps(compare.compare(first, second, labels), indent=2))
-    else:
-        print(compare.comparison(runs, labels))
+        return render.json_text(compare.compare(first, second, labels))
+    shown = [
+        (render.printable_report(report), render.printable(path))
+        for report, path in runs
+    ]
+    if len(shown) == 1:
+        return render.full_report(*shown[0])
+    return compare.comparison(shown, [render.printable(x) for x in labels])
+
+
+def run_report(args: argparse.Namespace) -> int:
+    paths = [args.logdir] + ([args.logdir2] if args.logdir2 else [])
+    try:
+        runs = [load_report(path) for path in paths]
+    except ReportError as error:
+        _tell(str(error))
+        return USAGE_ERROR
+    try:
+        text = render_report(args, runs)
+    except Exception as error:  # A report read but not renderable.
+        names = " and ".join(path for _, path in runs)
+        _tell(
+            f"{names}: cannot be rendered ({type(error).__name__}: "
+            f"{_detail(error)})."
+        )
+        return USAGE_ERROR
+    for report, path in runs:
+        if report.skipped:
+            _tell(
+                f"{path}: read without {len(report.skipped)} part(s) it "
+                "could not read: " + "; ".join(report.skipped)
+            )
+    _emit(text, sys.stdout)
     return 0
 
 

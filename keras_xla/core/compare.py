@@ -9,6 +9,7 @@ Pure logic: nothing here imports TensorFlow or Keras.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 
@@ -62,7 +63,7 @@ def compare(first: XLAReport, second: XLAReport, labels=("A", "B")) -> dict:
     rows = {}
     for key, label, direction, _ in COMPARED:
         a, b = totals[0][key], totals[1][key]
-        ratio = round(b / a, 4) if a and b is not None else None
+        ratio = _ratio(a, b)
         better = None
         if direction and a is not None and b is not None and a != b:
             better = labels[(b > a) == (direction > 0)]
@@ -75,15 +76,29 @@ def compare(first: XLAReport, second: XLAReport, labels=("A", "B")) -> dict:
     }
 
 
+def _ratio(a: float | None, b: float | None) -> float | None:
+    """`b / a` to 4 decimals; None when either is missing, `a` is 0 or
+    the quotient is not a finite number."""
+    if not a or b is None:
+        return None
+    try:
+        ratio = round(b / a, 4)
+    except OverflowError:  # Integers too large for a float quotient.
+        return None
+    return ratio if math.isfinite(ratio) else None
+
+
 def _conclude(rows: dict, labels) -> str:
     steady = rows["examples_per_second"]
     overall = rows["examples_per_second_overall"]
-    if steady["ratio"] is None:
+    if steady["ratio"] is None or steady["ratio"] <= 0:
+        # No throughput in one run (or none that means anything): no
+        # run is "faster" by a ratio.
         return "No steady throughput to compare."
     faster = labels[1] if steady["ratio"] > 1 else labels[0]
     times = steady["ratio"] if steady["ratio"] > 1 else 1 / steady["ratio"]
     text = f"{faster} trains faster: {times:.2f}x the steady examples/s"
-    if overall["ratio"]:
+    if overall["ratio"] and overall["ratio"] > 0:
         o = overall["ratio"] if faster == labels[1] else 1 / overall["ratio"]
         text += f", {o:.2f}x including compile time"
     a, b = rows["compilations"]["values"]

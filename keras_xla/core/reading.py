@@ -1,10 +1,15 @@
-"""Reading report JSON that a newer, older or damaged writer produced.
+"""Reading report JSON that a newer, older, damaged or hostile writer
+produced.
 
 A report is read as far as it can be: a key this version does not know
 is skipped, an optional field that is null or of the wrong type takes its
 default, and a row or section missing a required field (or holding a bad
-one) is left out. Each of these is noted in `skipped` with where it was
-(`epochs[2].steps`), so `keras-xla report` can say what it did not show.
+one) is left out. A number field holds a finite number no longer than a
+64-bit integer (NaN, Infinity or a 400-digit number is a bad value), and
+the lists and dicts the renderers read into hold items of the types they
+expect (`_CONTENTS`). Each of these is noted in `skipped` with where it
+was (`epochs[2].steps`), so `keras-xla report` can say what it did not
+show. JSON nested deeper than any report is refused (`parse`).
 
 Pure logic: nothing here imports TensorFlow or Keras.
 """
@@ -12,6 +17,8 @@ Pure logic: nothing here imports TensorFlow or Keras.
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 from typing import Any
 
 _TYPES: dict[str, tuple[type, ...]] = {
@@ -24,10 +31,85 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "tuple": (list, tuple),
 }
 
+# The largest integer a report holds: a writer's counters and NumPy
+# scalars stay within int64. A longer number is no measurement, and
+# formatting it as a float overflows.
+MAX_INT = 2**63 - 1
+# A report is nested about 5 levels deep; JSON nested deeper than this is
+# refused before anything walks it.
+MAX_DEPTH = 64
+# The longest repr of a bad value quoted in a `skipped` note.
+SHOWN_CHARS = 80
+
+# What the renderers read inside a list or dict field, by dataclass and
+# field name: the annotation each item (or dict value) must fit, or for
+# items that are objects, the annotation of each key they must hold.
+_CONTENTS: dict[tuple[str, str], str | dict[str, str]] = {
+    ("EpochStats", "step_time_ms"): "float | None",
+    ("ClusteringSection", "clusters"): "int",
+    ("HloSection", "largest_unfused"): "str",
+    ("ProfileSection", "steps"): "int",
+    ("Verdict", "next_steps"): {
+        "code": "str",
+        "seconds": "float | None",
+        "fix": "str",
+    },
+}
+# Lists of a fixed length (a window's first and last step): one bad item
+# makes the whole field bad.
+_LENGTHS: dict[tuple[str, str], int] = {("ProfileSection", "steps"): 2}
+
+_BAD = object()  # A field value that cannot be read.
+
+
+def parse(text: str) -> Any:
+    """JSON text as Python values, refusing nesting no report has.
+
+    Args:
+        text: The file's text.
+
+    Returns:
+        The parsed value.
+
+    Raises:
+        ValueError: For text that is not JSON (`json.JSONDecodeError`),
+            or JSON nested more than `MAX_DEPTH` levels deep (which
+            Python's parser may not even read: a `RecursionError`).
+    """
+    too_deep = f"JSON nested more than {MAX_DEPTH} levels deep"
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise ValueError(too_deep) from None
+    if nesting_depth(data, MAX_DEPTH) > MAX_DEPTH:
+        raise ValueError(too_deep)
+    return data
+
+
+def nesting_depth(value: Any, limit: int = MAX_DEPTH) -> int:
+    """How many lists and dicts deep `value` is (a scalar: 0), walked
+    without recursion; stops counting once past `limit`."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
 
 def fits(annotation: str, value: Any) -> bool:
     """Whether a JSON value fits a field's annotation (as written:
-    `"float | None"`); unknown names accept anything."""
+    `"float | None"`); unknown names accept anything. A number fits only
+    if it is finite and within `MAX_INT`."""
     parts = [p.strip().split("[")[0] for p in str(annotation).split("|")]
     if value is None:
         return "None" in parts or "Any" in parts
@@ -38,7 +120,21 @@ def fits(annotation: str, value: Any) -> bool:
         allowed += _TYPES.get(part, ())
     if isinstance(value, bool) and bool not in allowed:
         return False  # JSON true is not a number here
-    return isinstance(value, allowed)
+    if not isinstance(value, allowed):
+        return False
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, int):
+        return abs(value) <= MAX_INT
+    return True
+
+
+def shown(value: Any) -> str:
+    """`repr(value)`, cut to `SHOWN_CHARS` for a note."""
+    text = repr(value)
+    if len(text) > SHOWN_CHARS:
+        return text[: SHOWN_CHARS - 3] + "..."
+    return text
 
 
 def read(cls: type, data: Any, where: str, skipped: list[str]):
@@ -66,13 +162,59 @@ def read(cls: type, data: Any, where: str, skipped: list[str]):
             continue
         value = data[name]
         if fits(field.type, value):
+            value = _read_contents(
+                (cls.__name__, name), value, f"{where}.{name}", skipped
+            )
+        else:
+            value = _BAD
+        if value is not _BAD:
             kwargs[name] = value
         elif required:
-            skipped.append(f"{where} (bad `{name}`: {value!r})")
+            skipped.append(f"{where} (bad `{name}`: {shown(data[name])})")
             return None
         else:
-            skipped.append(f"{where}.{name} (bad value {value!r})")
+            skipped.append(f"{where}.{name} (bad value {shown(data[name])})")
     return cls(**kwargs)
+
+
+def _read_contents(
+    key: tuple[str, str], value: Any, where: str, skipped: list[str]
+) -> Any:
+    """The items of a list or dict field that fit `_CONTENTS[key]` (all
+    of `value` if the field has no entry there); notes the others. A
+    fixed-length list (`_LENGTHS`) with a bad item is `_BAD`."""
+    spec = _CONTENTS.get(key)
+    if spec is None or not isinstance(value, (dict, list, tuple)):
+        return value
+    if isinstance(value, dict):
+        kept = {k: v for k, v in value.items() if _item_fits(spec, v)}
+        skipped += [
+            f"{where}.{k} (bad value {shown(v)})"
+            for k, v in value.items()
+            if k not in kept
+        ]
+        return kept
+    length = _LENGTHS.get(key)
+    if length is not None:
+        good = len(value) == length
+        good = good and all(_item_fits(spec, item) for item in value)
+        return list(value) if good else _BAD
+    items = []
+    for i, item in enumerate(value):
+        if _item_fits(spec, item):
+            items.append(item)
+        else:
+            skipped.append(f"{where}[{i}] (bad value {shown(item)})")
+    return items
+
+
+def _item_fits(spec: str | dict[str, str], item: Any) -> bool:
+    if isinstance(spec, str):
+        return fits(spec, item)
+    return isinstance(item, dict) and all(
+        name in item and fits(annotation, item[name])
+        for name, annotation in spec.items()
+    )
 
 
 def read_rows(cls: type, rows: Any, where: str, skipped: list[str]) -> list:

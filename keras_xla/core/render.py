@@ -5,12 +5,22 @@ One renderer for every place a report is read: the train-end summary,
 TensorBoard's text summaries. The same epoch table, with the same
 column names, serves the summary and the command line.
 
+A report read from a file may hold anything: `printable_report` escapes
+the control characters of every string in it (and `printable` those of a
+path or label) before the command line renders it for a terminal, and
+`json_text` writes strict JSON (no NaN or Infinity).
+
 Pure logic: nothing here imports TensorFlow or Keras.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import math
+import re
 from collections.abc import Sequence
+from typing import Any
 
 from keras_xla.core.report import (
     Decision,
@@ -33,6 +43,70 @@ EPOCH_HEADER = (
 RECOMPILATION_HEADER = tuple(
     "function|epoch|step|input|dim|before -> after|cause|seconds".split("|")
 )
+
+# What a terminal acts on instead of showing: C0 controls (escape
+# sequences, carriage returns, newlines), DEL, C1 controls, line and
+# paragraph separators, bidirectional overrides and lone surrogates.
+_CONTROLS = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text: str) -> str:
+    """`text` with its control characters written as escapes (`\\x1b`,
+    `\\r`, `\\n`, `\\u202e`), so it shows as one line and moves no
+    cursor."""
+    return _CONTROLS.sub(_escape, text)
+
+
+def _escape(match: re.Match) -> str:
+    char = match.group()
+    if char in _NAMED:
+        return _NAMED[char]
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable_report(report: XLAReport) -> XLAReport:
+    """A copy of `report` whose every string (values and keys, in every
+    section and row) is `printable`: what a report file holds cannot
+    forge lines on a terminal."""
+    return _printable(report)
+
+
+def _printable(value: Any) -> Any:
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {_printable(k): _printable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(map(_printable, value))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {
+            f.name: _printable(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if f.init
+        }
+        return dataclasses.replace(value, **changes)
+    return value
+
+
+def json_text(value: Any) -> str:
+    """`value` as strict JSON, indented: NaN and infinities are written
+    as null, tuples as lists; control characters are escaped (ASCII
+    only)."""
+    return json.dumps(_json_safe(value), indent=2, allow_nan=False)
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
 
 
 def number(value: float | None, digits: int = 2) -> str:
@@ -250,7 +324,7 @@ def decision_markdown(decision: Decision | None) -> str:
             f"Speedup over Keras's default (`{d.default}`): "
             f"{d.speedup_vs_default:.2f}x; the winner's compile pays "
             f"back in {d.break_even_steps} steps. Trial: "
-            f"{d.trial_steps} steps, {d.trial_seconds:.1f} s."
+            f"{d.trial_steps} steps, {number(d.trial_seconds, 1)} s."
         )
     if d.trial_cost_seconds is not None:
         saving = (
@@ -345,7 +419,7 @@ def hlo_lines(hlo) -> list[str]:
         peak = (
             f" of {hlo.peak_tflops:g} peak, utilization "
             f"{100 * hlo.utilization:.1f}%"
-            if hlo.utilization is not None
+            if hlo.utilization is not None and hlo.peak_tflops is not None
             else " (no peak measured: keras-xla doctor measures it)"
         )
         lines.append(f"  achieved {hlo.achieved_tflops:g} TFLOP/s{peak}")
