@@ -60,11 +60,15 @@ class JitInfo:
         enabled: Whether the train step is really compiled with XLA.
         reason: One sentence naming the cause when `enabled` differs from
             what was asked, or confirming the setting.
+        kept: After the fit: `True` if the model keeps the tuner's setting
+            (`XLATuner(keep=True)`), `False` if it was put back as the
+            user compiled it; `None` while the fit runs.
     """
 
     requested: Any
     enabled: bool
     reason: str
+    kept: bool | None = None
 
 
 @dataclasses.dataclass
