@@ -311,8 +311,12 @@ class ProfileRun:
             )
 
     def abort(self) -> None:
-        """The fit raised: the profiler stops (the trace is kept)."""
-        self.window.end()
+        """The fit raised: the profiler stops, and the trace written so
+        far goes to the report as at a train end."""
+        try:
+            self.finish()
+        finally:
+            self.window.end()  # stopped even if reading the trace failed
 
     def _apply(self, section, error: str) -> None:
         from keras_xla.core import findings
