@@ -37,6 +37,10 @@ class ModelState:
         model.dtype_policy = self.policy
         if self.optimizer is not None and model.optimizer is not self.optimizer:
             model.optimizer = self.optimizer
+            # A loss-scale wrapper went into the compile config too.
+            config = getattr(model, "_compile_config", None)
+            if "optimizer" in (getattr(config, "config", None) or {}):
+                config.config["optimizer"] = self.optimizer
         model.jit_compile = self.jit
         if self.set_jit != (tf.config.optimizer.get_jit() == "autoclustering"):
             tf.config.optimizer.set_jit(self.set_jit)

@@ -10,6 +10,7 @@ epoch statistics -> report -> summaries.
 
 from __future__ import annotations
 
+import logging
 import time
 import weakref
 from typing import Any
@@ -31,7 +32,19 @@ from keras_xla.tf_backend import jit as jit_lib
 from keras_xla.tf_backend import precision as precision_lib
 from keras_xla.tf_backend import unsupported as unsupported_lib
 from keras_xla.tf_backend.profiler import ProfileRun, on_error
-from keras_xla.tf_backend.step_functions import Config, StepFunctions
+from keras_xla.tf_backend.step_functions import (
+    FUNCTIONS,
+    Config,
+    StepFunctions,
+)
+
+logger = logging.getLogger(__name__)
+
+# Keras's own calls between the hooks of a fit (the epoch's metrics, the
+# validation run, resetting the metrics): if one raises, the fit is over
+# and Keras calls no hook to say so.
+BETWEEN_HOOKS = ("reset_metrics", "_get_metrics_result_or_logs", "evaluate")
+_ABSENT = object()
 
 
 class FitRun:
@@ -69,11 +82,21 @@ class FitRun:
         self._hlo_done = False
         self._cache_before: dict[str, float] = {}
         self.outputs = FitOutputs(settings, self.report, self.book)
+        # What the user compiled, put back when the fit ends (`keep`).
+        self.user_state: trial_runner.ModelState | None = None
+        self._user_predict = None
+        self._watched: dict[str, Any] = {}
+        # An epoch is closed once (an interrupt may reach `epoch_end`
+        # again), and a validation run that began is accounted.
+        self._epoch_open = False
+        self._testing = False
 
     def begin(self) -> None:
         s, model = self.settings, self.model
+        self.user_state = trial_runner.ModelState(model)
+        self._user_predict = getattr(model, "predict_function", None)
         auto = AUTO in (s.jit_compile, s.mixed_precision)
-        original = trial_runner.ModelState(model) if auto else None
+        original = self.user_state if auto else None
         if s.mixed_precision not in (None, AUTO):
             precision_lib.apply_policy(model, s.mixed_precision)
         for f in precision_lib.check_precision(model):
@@ -99,6 +122,7 @@ class FitRun:
         native = getattr(model, "_keras_xla_native_probe", False)
         if native or jit_lib.replicas_in_sync(model) == 1:
             self.functions = StepFunctions.of(model)
+            self._forget_plain_steps()
         spe = int(model.steps_per_execution or 1)
         if auto:
             self._start_trial(original, spe)
@@ -110,7 +134,23 @@ class FitRun:
             spe, self.functions, compile_ledger.status().directory
         )
         self.active = True
+        self._watch_model()
         self._drain("before the fit")
+
+    def _forget_plain_steps(self) -> None:
+        """Steps the model's no-XLA step functions ran since the last fit
+        (the user's `evaluate`, `predict` or `fit` on the functions it was
+        left with) compiled nothing: their probe's records are dropped, so
+        `_drain` does not report them as XLA's compilations."""
+        for function in FUNCTIONS:
+            variant = self.functions.active(function)
+            on_model = getattr(self.model, f"{function}_function", None)
+            if variant is None or variant.config.xla:
+                continue
+            if on_model is not variant.fn:
+                continue
+            variant.probe.pop_traces()
+            variant.called = bool(variant.probe.read_new()) or variant.called
 
     @property
     def counting(self) -> str | None:
@@ -133,19 +173,24 @@ class FitRun:
         if finding is not None:
             self.book.add(*finding)
 
-    def _prepare_functions(self, functions=("train", "test")) -> None:
-        """(Re)builds the probed step functions if their configuration
-        changed; guarded against unsupported ops while XLA is on."""
+    def _config(self, jit: bool) -> Config:
         model = self.model
-        config = Config(
-            self.jit_on,
+        return Config(
+            bool(jit),
             int(model.steps_per_execution or 1),
             model.dtype_policy.name,
         )
+
+    def _prepare_functions(self, functions=FUNCTIONS) -> None:
+        """(Re)builds the probed step functions if their configuration
+        changed; guarded against unsupported ops while XLA is on."""
+        config = self._config(self.jit_on)
         # A trial or baseline builds the XLA twin too: share its trace.
         share = self.trial is not None
         for function in functions:
-            self.functions.prepare(model, function, config, self._wrap, share)
+            self.functions.prepare(
+                self.model, function, config, self._wrap, share
+            )
 
     def _wrap(self, function: str, fn: Any) -> Any:
         """The fit's wrapper of a step function: the unsupported-op guard
@@ -156,15 +201,43 @@ class FitRun:
         return on_error(fn, lambda: run() and run().interrupted())
 
     def interrupted(self) -> None:
-        """The fit raised (KeyboardInterrupt, another callback, the data):
-        the profiler stops, the epoch so far is accounted, and the report
-        is written, as at a train end that Keras will not call."""
+        """The fit raised (KeyboardInterrupt, another callback, the data,
+        Keras between the hooks): the profiler stops, the steps trained so
+        far are accounted (an epoch already closed is not closed again),
+        the model is left as the user compiled it, and the report is
+        written, as at a train end that Keras will not call."""
         if not self.active:
             return
-        if self.profile is not None:
-            self.profile.abort()
-        self.epoch_end(self.accountant.epoch)
-        self.end()
+        try:
+            if self.profile is not None:
+                self.profile.abort()
+            if self._testing:
+                self.test_end()
+            self.epoch_end(self.accountant.epoch, interrupted=True)
+        finally:
+            self.end()
+
+    def _watch_model(self) -> None:
+        """Keras's calls between the hooks (`BETWEEN_HOOKS`) end the fit
+        as `interrupted` if they raise; removed when the fit ends."""
+        run = weakref.ref(self)  # the model must not keep the fit alive
+        model = self.model
+        for name in BETWEEN_HOOKS:
+            method = getattr(model, name, None)
+            if method is None:
+                continue
+            self._watched[name] = model.__dict__.get(name, _ABSENT)
+            watched = on_error(method, lambda: run() and run().interrupted())
+            # Bypass Keras's attribute tracking: a plain function.
+            object.__setattr__(model, name, watched)
+
+    def _unwatch_model(self) -> None:
+        model, watched, self._watched = self.model, self._watched, {}
+        for name, before in watched.items():
+            if before is _ABSENT:
+                model.__dict__.pop(name, None)
+            else:
+                object.__setattr__(model, name, before)
 
     # Unsupported ops.
 
@@ -279,6 +352,7 @@ class FitRun:
         if self.active:
             self._drain(f"before epoch {epoch}")
         self.accountant.start_epoch(epoch)
+        self._epoch_open = True
         status = self.settings.cache_status
         if status is not None:
             live = status.live_directory
@@ -286,38 +360,77 @@ class FitRun:
 
     def test_begin(self) -> None:
         if self.active:
+            self._testing = True
             self._end_train_calls()
             epoch = self.accountant.epoch
             self._drain(f"before validation of epoch {epoch}")
 
-    def _end_train_calls(self) -> None:
+    def _end_train_calls(self, interrupted: bool = False) -> None:
         """Validation or the epoch's end: the train calls so far are
-        collected; the trial ends with them unless it spans epochs."""
+        collected; the trial ends with them unless it spans epochs (an
+        interrupted fit's trial ends undecided)."""
         self.log.close(self.counting)
         records = self.log.collect("train", self.counting)
+        if interrupted:
+            self._abandon_trial()
+            return
         more = self.accountant.epoch + 1 < self.params.get("epochs", 1)
         if self.trial is not None and self.trial.pause(records, more):
             self._finish_trial()
 
+    def _abandon_trial(self) -> trial_runner.TrialRunner | None:
+        """The fit ended before the trial (or the baseline window) ended:
+        nothing was chosen (nothing measured); returns the runner."""
+        runner, self.trial = self.trial, None
+        if runner is None:
+            return None
+        logging.getLogger("tensorflow").removeFilter(
+            trial_runner.RETRACE_FILTER
+        )
+        if runner.keep is not None:
+            self.report.baseline = report_lib.BaselineSection(
+                reason="the fit ended during the no-XLA baseline window"
+            )
+        else:
+            self.book.add(
+                codes.TRIAL_SKIPPED,
+                "The fit ended before the XLA/precision trial decided: "
+                "nothing was chosen, and the model is left as you "
+                "compiled it.",
+                "Let the fit run past the trial's steps.",
+            )
+        return runner
+
     def test_end(self) -> None:
+        self._testing = False
         if not self.active:
             return
         records = self.log.take("test", self.counting)
         train_so_far = self.log.collect("train", self.counting)
         self.accountant.finish_run("test", records, train_so_far)
 
-    def epoch_end(self, epoch: int) -> None:
-        if not self.active:
+    def epoch_end(self, epoch: int, interrupted: bool = False) -> None:
+        """Closes the open epoch, once: its stats, checks and outputs. An
+        `interrupted` epoch that trained no step is not listed, and gets
+        no checks (its steps are all that is reported)."""
+        if not self.active or not self._epoch_open:
             return
-        self._end_train_calls()
+        self._end_train_calls(interrupted)
         records = self.log.take("train", self.counting)
+        if interrupted and not records:
+            self._epoch_open = False
+            return
         if self.trial is not None:  # it goes on in the next epoch
             self.trial.new_epoch()
         stats = self.accountant.finish_epoch(records)
+        self._epoch_open = False
         stats.jit_compile = bool(self.jit_on)
         # Each stage fails on its own, and the JSON is written first of
         # the outputs: it is what must survive a crash.
-        for stage in (self._label_cache, self._check, self._conclude):
+        stages = [self._label_cache, self._check, self._conclude]
+        if interrupted:  # the user is waiting: no HLO analysis, no lints
+            stages.remove(self._check)
+        for stage in stages:
             self.outputs.safely(stage.__name__, stage, stats, records)
         self.outputs.write(stats, records)
 
@@ -363,12 +476,80 @@ class FitRun:
         """Ends the fit; returns the summary text (None if inactive)."""
         if not self.active:
             return None
-        self.log.close(self.counting)
-        if self.profile is not None:
-            self.profile.finish()
         self.active = False
-        if self.functions is not None:
-            self.functions.unwrap(self.model)
+        try:
+            self.log.close(self.counting)
+        finally:
+            # Whatever failed above, the profiler stops and the model is
+            # put back.
+            if self.profile is not None:
+                self.profile.finish()
+            self._unwatch_model()
+            if self.functions is not None:
+                self.functions.unwrap(self.model)
+            self._leave_model()
         self.report.verdict = verdict_lib.build(self.report)
         self.outputs.write()
         return render.summary(self.report)
+
+    def _leave_model(self) -> None:
+        """Puts back what the tuner switched for the fit (`jit_compile`,
+        the precision policy, auto-clustering, the step functions), unless
+        the user asked to keep the tuner's choice (`keep`); a trial that
+        did not decide chose nothing to keep. The report says which."""
+        keep, runner = self.settings.keep, self._abandon_trial()
+        try:
+            if keep and runner is not None and runner.keep is not None:
+                # A baseline window: XLA as the user asked the tuner.
+                runner.switch(self.model, runner.keep)
+            elif runner is not None:
+                keep = False  # an undecided trial chose nothing to keep
+            if not keep:
+                self._restore_model()
+            self._match_functions()
+        except Exception as error:  # noqa: BLE001 - never stop training
+            if self.settings.strict:
+                raise
+            logger.exception("keras_xla: could not put the model back")
+            keep = True  # what is true of the model now
+            self.book.add(
+                codes.TUNER_ERROR,
+                "XLATuner could not put the model back as you compiled it: "
+                f"{type(error).__name__}: {error}",
+                "Please report this with the log; call model.compile() "
+                "again to reset its settings.",
+                ("restore", type(error).__name__, str(error)),
+            )
+        if self.report.jit is not None:
+            self.report.jit.kept = keep
+
+    def _restore_model(self) -> None:
+        """The user's settings as the fit found them (`ModelState`), and
+        the predict function Keras would use with them; `_match_functions`
+        then installs step functions built for them, so that a later fit
+        with the tuner's settings reuses its compiled step and one without
+        the tuner compiles nothing new."""
+        model, state = self.model, self.user_state
+        if state is None:
+            return
+        jit_during = bool(model.jit_compile)
+        state.restore(model)
+        predict = getattr(model, "predict_function", None)
+        if predict is not self._user_predict and jit_during != bool(
+            model.jit_compile
+        ):
+            # Built during the fit (a callback's predict) with the tuner's
+            # setting.
+            model.predict_function = self._user_predict
+
+    def _match_functions(self) -> None:
+        """The step functions on the model are those of its settings: a
+        variant this fit (or an earlier one) built, else a new one (built,
+        not traced: nothing runs until the model is called)."""
+        if self.functions is None:
+            return
+        config = self._config(self.model.jit_compile)
+        for function in FUNCTIONS:
+            variant = self.functions.active(function)
+            if variant is not None and variant.config != config:
+                self.functions.prepare(self.model, function, config, None)

@@ -38,6 +38,7 @@ class Settings:
     trial_budget: float | int
     baseline: bool = True
     trial_memory: bool = True
+    keep: bool = False
     flag_problems: tuple = ()
     cache_status: cache_lib.CacheStatus | None = None
 
@@ -104,6 +105,7 @@ def check_arguments(
     baseline: Any = True,
     strict: Any = False,
     trial_memory: Any = True,
+    keep: Any = False,
 ) -> None:
     """Raises `ValueError` for the first unsupported argument, naming it,
     the value received and the fix."""
@@ -157,6 +159,12 @@ def check_arguments(
         raise ValueError(
             f"Unsupported value `XLATuner(trial_memory={trial_memory!r})`: "
             "pass True (remember the trial's winner across runs) or False."
+        )
+    if not isinstance(keep, (bool, np.bool_)):
+        raise ValueError(
+            f"Unsupported value `XLATuner(keep={keep!r})`: pass True (the "
+            "model keeps the XLA setting the tuner chose after the fit) or "
+            "False (it is left as you compiled it)."
         )
     validate_budget(as_int(trial_budget))
     if mixed_precision not in (None, AUTO):

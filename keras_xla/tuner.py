@@ -157,6 +157,12 @@ class XLATuner(keras.callbacks.Callback):
             beside the compile cache if one is in force, else in
             `~/.cache/keras_xla` (`KERAS_XLA_CACHE_DIR`). Defaults to
             `True`.
+        keep: Whether the model keeps the XLA setting the tuner chose (and
+            the "auto" winner) after the fit. Otherwise `jit_compile`, the
+            precision policy, auto-clustering and the step functions are
+            put back when the fit ends, also when it raises;
+            `report.jit.kept` says which. Defaults to `False`: the model
+            is left as you compiled it.
 
     Example:
 
@@ -185,6 +191,7 @@ class XLATuner(keras.callbacks.Callback):
         trial_budget: float | int = 0.25,
         baseline: bool = True,
         trial_memory: bool = True,
+        keep: bool = False,
     ) -> None:
         super().__init__()
         check_arguments(
@@ -200,6 +207,7 @@ class XLATuner(keras.callbacks.Callback):
             baseline=baseline,
             strict=strict,
             trial_memory=trial_memory,
+            keep=keep,
         )
         self.strict = bool(strict)
         self.log_dir = os.fspath(log_dir) if log_dir is not None else None
@@ -212,6 +220,7 @@ class XLATuner(keras.callbacks.Callback):
         self.trial_budget = as_int(trial_budget)
         self.baseline = baseline
         self.trial_memory = trial_memory
+        self.keep = bool(keep)
         self.mixed_precision = mixed_precision
         # A bad TF_XLA_FLAGS/XLA_FLAGS aborts the process at the first XLA
         # use; say so now, in words.
@@ -252,6 +261,7 @@ class XLATuner(keras.callbacks.Callback):
             trial_budget=self.trial_budget,
             baseline=self.baseline,
             trial_memory=self.trial_memory,
+            keep=self.keep,
             flag_problems=tuple(self._flag_problems),
             cache_status=self._cache_status,
         )
@@ -259,6 +269,11 @@ class XLATuner(keras.callbacks.Callback):
     # Keras hooks: each one hands over to the fit's owner, guarded.
 
     def on_train_begin(self, logs=None):
+        stale = self._run
+        if stale is not None and stale.active:
+            # The last fit ended where no hook or wrapper saw it (an
+            # interrupt in Keras's own loop): end it now.
+            self._guarded("on_train_begin", stale.interrupted)
         # A new owner per fit: instances can be re-used.
         self._run = FitRun(
             self._settings(), self.model, self.params, self._previous_trial
@@ -324,6 +339,7 @@ class XLATuner(keras.callbacks.Callback):
 
     def _interrupted(self) -> None:
         self._run.interrupted()
+        self._previous_trial = self._run.trial_result
 
     def _train_end(self) -> None:
         run = self._run
@@ -359,6 +375,7 @@ _LOOP_HOOKS = tuple(
     for part in (
         "epoch_begin", "epoch_end", "train_batch_begin", "train_batch_end",
         "test_begin", "test_end", "test_batch_begin", "test_batch_end",
+        "train_end",
     )
 )  # fmt: skip
 

@@ -71,7 +71,8 @@ def test_unknown_cardinality_end_of_data_call_is_not_a_step(profiled):
 def test_evaluate_between_fits_is_not_booked_to_the_next_fit(profiled):
     x, y = regression_data(32)
     model = conv_model()
-    tuner = XLATuner(verbose=0, analyze_hlo=False)
+    # keep=True: the model keeps XLA after the fit, so evaluate compiles.
+    tuner = XLATuner(verbose=0, analyze_hlo=False, keep=True)
     fit(model, tf.data.Dataset.from_tensor_slices((x, y)).batch(16), tuner)
     with profiled() as outside:
         model.evaluate(x[:20], y[:20], batch_size=8, verbose=0)

@@ -413,8 +413,12 @@ def test_summary_is_printed_at_train_end(capsys):
 def test_mixed_precision_applied_and_checked():
     x, y = regression_data(32)
     model = conv_model()
+    # keep=True: the model keeps the policy after the fit, to be read here.
     tuner = XLATuner(
-        verbose=0, analyze_hlo=False, mixed_precision="mixed_bfloat16"
+        verbose=0,
+        analyze_hlo=False,
+        mixed_precision="mixed_bfloat16",
+        keep=True,
     )
     history = fit(model, x, y, batch_size=16, epochs=2, tuner=tuner)
     assert np.isfinite(history.history["loss"]).all()
