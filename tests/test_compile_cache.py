@@ -155,3 +155,122 @@ def test_label_cache_use_matches_entries_to_steps(tmp_path):
 def test_bad_directory_is_named():
     with pytest.raises(ValueError, match=r"compile_cache=3"):
         cache_lib.enable_compile_cache(3)
+
+
+# Safety: what the cache loads, where it writes, and a full disk.
+
+
+def entry_bytes():
+    """A real cache entry: a tiny compilation written to a fresh ledger."""
+    from keras_xla.tf_backend import compile_ledger
+
+    ledger = compile_ledger.status().directory
+    assert compile_ledger.in_memory(ledger), "the test process has a ledger"
+    size = 7919 + os.getpid() % 1000  # a shape no other test compiles
+    tf.function(lambda v: v * 3.0, jit_compile=True)(tf.ones([size]))
+    compile_ledger.stamp()
+    newest = max(compile_ledger.entries(ledger).items(), key=lambda kv: kv[1])
+    return os.path.basename(newest[0]), compile_ledger.read_bytes(newest[0])
+
+
+def test_a_directory_others_can_write_is_not_used(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # like a shared scratch folder
+    status = cache_lib.enable_compile_cache(str(shared))
+    assert status.active is False and status.untrusted is True
+    assert "other users can write it (mode 1777)" in status.message
+    (finding,) = [
+        f for f in cache_lib.setup_findings(status) if "untrusted" in f[0]
+    ]
+    assert finding[0] == "compile-cache-untrusted"
+    assert "chmod go-w" in finding[2] and "trust_shared_cache" in finding[2]
+    # The user can say they trust it.
+    trusted = cache_lib.enable_compile_cache(str(shared), trust_shared=True)
+    assert trusted.active is True and trusted.untrusted is False
+
+
+def test_entries_others_could_write_and_links_are_never_loaded(tmp_path):
+    from keras_xla.tf_backend import cache_entries, compile_ledger
+
+    name, data = entry_bytes()
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    planted = cache / name.replace("__", "__9", 1)
+    planted.write_bytes(data)
+    planted.chmod(0o666)  # anyone could have written it
+    victim = tmp_path / "victim"
+    victim.write_bytes(data)
+    link = cache / name.replace("__", "__8", 1)
+    link.symlink_to(victim)
+    ledger = compile_ledger.status().directory
+    copied, left_out = cache_entries.copy_in(str(cache), ledger, trust=False)
+    assert copied == []
+    assert dict(left_out) == {
+        planted.name: "other users can write it (mode 666)",
+        link.name: "it is a link or not a file",
+    }
+    loaded = {os.path.basename(p) for p in compile_ledger.entries(ledger)}
+    assert planted.name not in loaded and link.name not in loaded
+    # Trusted: the shared file loads; a link still never does.
+    copied, left_out = cache_entries.copy_in(str(cache), ledger, trust=True)
+    assert copied == [planted.name]
+    assert [n for n, _ in left_out] == [link.name]
+    compile_ledger.remove(f"{ledger}/{planted.name}")
+
+
+def test_copy_out_never_writes_through_a_link(tmp_path):
+    from keras_xla.tf_backend import cache_entries, compile_ledger
+
+    name, data = entry_bytes()
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"the user's file")
+    # A link at the entry's name and at every name an old version used
+    # for its temporary copy.
+    (cache / name).symlink_to(victim)
+    (cache / f".{name}.{os.getpid()}.partial").symlink_to(victim)
+    ledger = compile_ledger.status().directory
+    copied, problem = cache_entries.copy_out(ledger, str(cache))
+    assert problem is None
+    assert name not in copied  # the directory already has that name
+    assert victim.read_bytes() == b"the user's file"
+    # Where the name is free, the entry is written whole, and only there.
+    (cache / name).unlink()
+    copied, problem = cache_entries.copy_out(ledger, str(cache))
+    assert name in copied and problem is None
+    assert (cache / name).read_bytes() == data
+    assert victim.read_bytes() == b"the user's file"
+
+
+def test_a_full_disk_costs_the_cache_never_a_file(tmp_path, monkeypatch):
+    import collections
+    import errno
+
+    from keras_xla.tf_backend import cache_entries, compile_ledger
+
+    name, _ = entry_bytes()
+    ledger = compile_ledger.status().directory
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(
+        cache_entries.shutil, "disk_usage", lambda d: usage(1, 1, 1 << 20)
+    )
+    copied, problem = cache_entries.copy_out(ledger, str(cache))
+    assert copied == [] and "1 MiB free" in problem
+    assert os.listdir(cache) == []
+    # The check passed, and the disk filled up while writing.
+    monkeypatch.setattr(
+        cache_entries.shutil, "disk_usage", lambda d: usage(1, 1, 1 << 40)
+    )
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cache_entries.os, "fsync", full)
+    copied, problem = cache_entries.copy_out(ledger, str(cache))
+    assert copied == [] and "No space left on device" in problem
+    assert os.listdir(cache) == []  # no partial file left behind
+    assert name  # the entry stays in the ledger for a later try

@@ -1,8 +1,10 @@
 """The compile ledger: XLA's own record of this process's compilations."""
 
+import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -147,3 +149,85 @@ def test_without_a_ledger_the_analysis_is_off_and_says_why():
     assert result.returncode == 0, result.stderr[-2000:]
     last = result.stdout.strip().splitlines()[-1]
     assert last.startswith("None [") and "'hlo-analysis-off'" in last
+
+
+SAFE = """
+import json, os, subprocess, sys, warnings
+import numpy as np
+import keras_xla
+import keras
+warnings.simplefilter("ignore")
+model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4)])
+model.compile("sgd", "mse", jit_compile=True)
+steps = []
+count = keras.callbacks.LambdaCallback(
+    on_train_batch_end=lambda batch, logs: steps.append(batch))
+tuner = keras_xla.XLATuner(verbose=0)
+model.fit(np.ones((40, 6)), np.ones((40, 4)), batch_size=4, verbose=0,
+          callbacks=[tuner, count])
+child = subprocess.run(
+    [sys.executable, "-c", "import os; print(os.environ.get('TF_XLA_FLAGS'))"],
+    capture_output=True, text=True).stdout.strip()
+print(json.dumps({
+    "steps": len(steps),
+    "ledger": keras_xla._compile_ledger.status().directory,
+    "hlo_fusions": tuner.report.hlo.fusions if tuner.report.hlo else None,
+    "flags": os.environ.get("TF_XLA_FLAGS"),
+    "child": child,
+}))
+"""
+
+
+def test_no_disk_is_needed_and_children_inherit_the_users_flags(tmp_path):
+    # The temporary directory cannot be written at all (a full disk, a
+    # read-only one): the ledger needs none, so every step trains and the
+    # HLO analysis still reads the step's module; after the fit, a
+    # subprocess sees TF_XLA_FLAGS as the user set it.
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    env = {k: v for k, v in os.environ.items() if k != "TF_XLA_FLAGS"}
+    env.update(
+        TMPDIR=str(blocker / "tmp"),
+        TF_CPP_MIN_LOG_LEVEL="3",
+        TF_XLA_FLAGS="--tf_xla_enable_lazy_compilation=true",
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", SAFE],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["steps"] == 10
+    assert out["ledger"].startswith("ram://keras_xla_ledger_")
+    assert out["hlo_fusions"] is not None and out["hlo_fusions"] > 0
+    assert out["flags"] == "--tf_xla_enable_lazy_compilation=true"
+    assert out["child"] == "--tf_xla_enable_lazy_compilation=true"
+    assert sorted(os.listdir(tmp_path)) == ["file"]
+
+
+def test_the_ledger_stays_under_its_budget(monkeypatch):
+    import tensorflow as tf
+
+    status = ledger.status()
+    assert ledger.in_memory(status.directory)
+    f = tf.function(lambda v: v + 1.0, jit_compile=True)
+    ledger.stamp()
+    before = set(ledger.entries(status.directory))
+    f(tf.ones([3001]))
+    (first,) = set(ledger.entries(status.directory)) - before
+    # Room for two entries of this size and a half.
+    budget = ledger.size(first) * 5 // 2
+    monkeypatch.setattr(ledger, "BUDGET_BYTES", budget)
+    order = [first]
+    for n in range(4):
+        seen = set(ledger.entries(status.directory))
+        f(tf.ones([3002 + n]))
+        ledger.stamp(time.time() + n)
+        order += sorted(set(ledger.entries(status.directory)) - seen)
+    left = ledger.entries(status.directory)
+    assert sum(ledger.size(p) for p in left) <= budget
+    # The newest two stay; the oldest went first.
+    assert len(order) == 5 and sorted(left) == sorted(order[-2:])

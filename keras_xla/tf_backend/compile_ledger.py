@@ -206,11 +206,10 @@ def in_memory(directory: str | None) -> bool:
     return bool(directory) and directory.startswith(MEMORY)
 
 
-def stamp(now: float | None = None, budget: int | None = None) -> None:
+def stamp(now: float | None = None) -> None:
     """Lists the in-memory ledger: entries not seen before are dated
     `now` (the end of the step call that wrote them); then the oldest
-    entries are removed while the ledger holds more than `budget` bytes
-    (`BUDGET_BYTES`). Cheap (a listing of a few microseconds) and a no-op
+    entries are removed while the ledger holds more than `BUDGET_BYTES`. Cheap (a listing of a few microseconds) and a no-op
     for a ledger on disk, whose files carry their own times."""
     directory = _STATUS.directory
     if not _STATUS.owned or not in_memory(directory):
@@ -228,7 +227,7 @@ def stamp(now: float | None = None, budget: int | None = None) -> None:
     for name in fresh:
         path = _path(directory, name)
         _SEEN[path] = (now, size(path))
-    _prune(BUDGET_BYTES if budget is None else budget)
+    _prune(BUDGET_BYTES)
 
 
 def _prune(budget: int) -> None:
