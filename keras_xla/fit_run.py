@@ -436,9 +436,20 @@ class FitRun:
 
     def _label_cache(self, stats, records) -> None:
         status = self.settings.cache_status
-        if status is not None and status.active:
-            cache_savings.label_stats(
-                self.report, stats, self._cache_before, status
+        if status is None or not status.active:
+            return
+        problem = cache_savings.label_stats(
+            self.report, stats, self._cache_before, status
+        )
+        if problem is not None:
+            self.book.add(
+                codes.COMPILE_CACHE_NOT_SAVED,
+                f"New compile cache entries were not saved to "
+                f"{status.directory}: {problem}. Training went on; those "
+                "signatures compile again in the next process.",
+                f"Free space on the disk of {status.directory}, or point "
+                "compile_cache at another disk.",
+                (status.directory,),
             )
 
     def _check(self, stats, records) -> None:

@@ -161,11 +161,6 @@ def copy_out(ledger: str, directory: str) -> tuple[list[str], str | None]:
     return copied, None
 
 
-def copy_entries(ledger: str, directory: str) -> list[str]:
-    """`copy_out` without the reason it stopped: the names copied."""
-    return copy_out(ledger, directory)[0]
-
-
 def _write_entry(directory: str, name: str, data: bytes) -> str | None:
     """Writes one entry under a fresh temporary name, then renames it;
     returns why it could not, or None."""

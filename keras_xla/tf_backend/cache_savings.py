@@ -99,10 +99,11 @@ def _median(values) -> float | None:
     return round(statistics.median(values), 4) if values else None
 
 
-def label_stats(report, stats, before: dict[str, float], status):
+def label_stats(report, stats, before: dict[str, float], status) -> str | None:
     """`label_epoch` for the epoch of `stats` (an `EpochStats`), whose
     hit and miss counts it sets; a mirrored cache's new entries are then
-    saved to its directory."""
+    saved to its directory. Returns why they could not all be saved (a
+    full disk), or None."""
     stats.compile_cache_hits, stats.compile_cache_misses = label_epoch(
         report.compile_cache,
         stats.epoch,
@@ -112,7 +113,8 @@ def label_stats(report, stats, before: dict[str, float], status):
         status.directory if status.persist else None,
     )
     if status.live and status.persist:
-        entries_lib.copy_entries(status.live, status.directory)
+        return entries_lib.copy_out(status.live, status.directory)[1]
+    return None
 
 
 def label_epoch(
