@@ -106,6 +106,7 @@ def check_arguments(
     strict: Any = False,
     trial_memory: Any = True,
     keep: Any = False,
+    trust_shared_cache: Any = False,
 ) -> None:
     """Raises `ValueError` for the first unsupported argument, naming it,
     the value received and the fix."""
@@ -165,6 +166,12 @@ def check_arguments(
             f"Unsupported value `XLATuner(keep={keep!r})`: pass True (the "
             "model keeps the XLA setting the tuner chose after the fit) or "
             "False (it is left as you compiled it)."
+        )
+    if not isinstance(trust_shared_cache, (bool, np.bool_)):
+        raise ValueError(
+            "Unsupported value `XLATuner(trust_shared_cache="
+            f"{trust_shared_cache!r})`: pass True (load a compile cache "
+            "other users can write) or False."
         )
     validate_budget(as_int(trial_budget))
     if mixed_precision not in (None, AUTO):

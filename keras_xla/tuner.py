@@ -105,7 +105,14 @@ class XLATuner(keras.callbacks.Callback):
             instead of compiling them. Enabled when the tuner is
             constructed, which must happen before the first XLA
             compilation of the process; the report marks each compilation
-            as a cache hit or miss. Defaults to `None`.
+            as a cache hit or miss. TensorFlow never writes there itself
+            (a full disk costs the cache, never a step), and a directory
+            or entry another user could have written is not loaded.
+            Defaults to `None`.
+        trust_shared_cache: Load `compile_cache` even where other users
+            can write it (a cache shared by a team): TensorFlow runs what
+            an entry holds, so only pass `True` if you trust all of them.
+            Links are never followed. Defaults to `False`.
         on_unsupported: When XLA cannot compile the step (e.g. a
             `tf.py_function` or string op): `"fallback"` records an
             `unsupported-op` finding (op, layer, source line) and trains on
@@ -192,6 +199,7 @@ class XLATuner(keras.callbacks.Callback):
         baseline: bool = True,
         trial_memory: bool = True,
         keep: bool = False,
+        trust_shared_cache: bool = False,
     ) -> None:
         super().__init__()
         check_arguments(
@@ -208,6 +216,7 @@ class XLATuner(keras.callbacks.Callback):
             strict=strict,
             trial_memory=trial_memory,
             keep=keep,
+            trust_shared_cache=trust_shared_cache,
         )
         self.strict = bool(strict)
         self.log_dir = os.fspath(log_dir) if log_dir is not None else None
@@ -237,7 +246,9 @@ class XLATuner(keras.callbacks.Callback):
         if compile_cache is not None:
             # Now, not in on_train_begin: TensorFlow reads the flag at the
             # first XLA compilation of the process.
-            self._cache_status = cache_lib.enable_compile_cache(compile_cache)
+            self._cache_status = cache_lib.enable_compile_cache(
+                compile_cache, trust_shared=bool(trust_shared_cache)
+            )
             self.compile_cache = self._cache_status.directory
         self._run: FitRun | None = None
         self._report = XLAReport()

@@ -274,3 +274,17 @@ def test_a_full_disk_costs_the_cache_never_a_file(tmp_path, monkeypatch):
     assert copied == [] and "No space left on device" in problem
     assert os.listdir(cache) == []  # no partial file left behind
     assert name  # the entry stays in the ledger for a later try
+
+
+def test_the_tuner_passes_trust_to_the_cache(tmp_path):
+    from keras_xla import XLATuner
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    untrusted = XLATuner(verbose=0, compile_cache=str(shared))
+    assert untrusted._cache_status.untrusted is True
+    trusted = XLATuner(
+        verbose=0, compile_cache=str(shared), trust_shared_cache=True
+    )
+    assert trusted._cache_status.active is True

@@ -20,6 +20,7 @@ from keras_xla import XLATuner
         ({"analyze_hlo": "no"}, r"analyze_hlo='no'"),
         ({"log_dir": ""}, r"log_dir=''"),
         ({"baseline": 1}, r"baseline=1"),
+        ({"trust_shared_cache": "yes"}, r"trust_shared_cache='yes'\)`: pass"),
     ],
 )
 def test_bad_arguments_are_named_with_the_fix(kwargs, match, tmp_path):
