@@ -326,7 +326,7 @@ class XLAReport:
         if os.path.isdir(path):
             path = os.path.join(path, REPORT_FILENAME)
         with open(path, encoding="utf-8") as f:
-            return cls.from_dict(json.load(f))
+            return cls.from_dict(reading.parse(f.read()))
 
     def summary(self, max_findings: int = 3) -> str:
         """A short plain-text table: one row per epoch, then top findings

@@ -147,10 +147,14 @@ def analyze_or_explain(*args, **kwargs) -> tuple[HloSection | None, tuple]:
     except HloUnavailable as why:
         return None, (
             findings.HLO_ANALYSIS_OFF,
-            f"The HLO analysis is off in this fit: {why}; it never "
+            f"The HLO analysis is off in this fit: {why.args[0]}; it never "
             "compiles the step again on its own.",
-            "Import keras_xla before TensorFlow runs its first op, or pass "
-            "XLATuner(analyze_hlo='compile') to pay one more compilation "
+            (
+                why.args[1] + " Or pass "
+                if why.args[1:] and why.args[1]
+                else "Pass "
+            )
+            + "XLATuner(analyze_hlo='compile') to pay one more compilation "
             "for it.",
         )
     except Exception as error:  # noqa: BLE001 - never stop training
@@ -167,7 +171,7 @@ def _ledger_modules(signature: Signature, compile_log) -> tuple[bytes, bytes]:
     compilation for `signature` in this fit, from the ledger."""
     ledger = compile_ledger.status()
     if ledger.directory is None:
-        raise HloUnavailable(ledger.reason)
+        raise HloUnavailable(ledger.reason, ledger.fix)
     shapes = {t.path: list(t.shape) for t in signature.tensors}
     compiled = [
         c for c in compile_log if c.function == "train" and c.shapes == shapes
@@ -187,7 +191,7 @@ def _ledger_modules(signature: Signature, compile_log) -> tuple[bytes, bytes]:
         )
     # The call may also have compiled other clusters; the train step's
     # module is the largest entry.
-    return compile_ledger.read_modules(max(paths, key=os.path.getsize))
+    return compile_ledger.read_modules(max(paths, key=compile_ledger.size))
 
 
 def _write(path: str, data: bytes) -> str:
