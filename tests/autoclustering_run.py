@@ -23,7 +23,9 @@ def main():
         return trial(log_dir)
     x, y = regression_data(20)  # batches of 8, 8, 4
     model = conv_model(jit_compile=False)
-    tuner = keras_xla.XLATuner(jit_compile=None, verbose=0, analyze_hlo=False)
+    tuner = keras_xla.XLATuner(
+        jit_compile=None, verbose=0, analyze_hlo=False, keep=True
+    )
     tf.profiler.experimental.start(log_dir)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -63,7 +65,11 @@ def trial(log_dir):
     x, y = regression_data(8 * 40)
     model = conv_model(jit_compile=False)
     tuner = keras_xla.XLATuner(
-        jit_compile="auto", verbose=0, analyze_hlo=False, trial_memory=False
+        jit_compile="auto",
+        verbose=0,
+        analyze_hlo=False,
+        trial_memory=False,
+        keep=True,
     )
     tf.profiler.experimental.start(log_dir)
     with warnings.catch_warnings():

@@ -23,7 +23,9 @@ def main():
     batch = int(sys.argv[1])
     x, y = regression_data(batch * 40)
     model = conv_model(jit_compile=False)
-    tuner = keras_xla.XLATuner(jit_compile="auto", verbose=0, analyze_hlo=False)
+    tuner = keras_xla.XLATuner(
+        jit_compile="auto", verbose=0, analyze_hlo=False, keep=True
+    )
     model.fit(x, y, batch_size=batch, epochs=1, verbose=0, callbacks=[tuner])
     d = tuner.report.decision
     print(

@@ -62,7 +62,7 @@ def test_json_has_contract_fields_and_round_trips(tmp_path):
         "recompilations",
         "findings",
     }
-    assert set(data["jit"]) == {"requested", "enabled", "reason"}
+    assert set(data["jit"]) == {"requested", "enabled", "reason", "kept"}
     epoch = data["epochs"][0]
     assert set(epoch) >= {
         "epoch",

@@ -36,7 +36,7 @@ def fit_trial(model, x, y, batch_size=32, epochs=1, **tuner_args):
     """Fits `model` with an XLATuner(verbose=0, **tuner_args); returns it."""
     from keras_xla import XLATuner
 
-    tuner = XLATuner(verbose=0, **tuner_args)
+    tuner = XLATuner(verbose=0, keep=True, **tuner_args)
     model.fit(
         x,
         y,
@@ -533,6 +533,7 @@ def test_live_trial_with_xla_is_consistent(profiled, tmp_path, xla_tried):
         trial_budget=36,
         analyze_hlo=False,
         verbose=0,
+        keep=True,
     )
     with profiled() as events:
         model.fit(
@@ -700,7 +701,11 @@ def test_trial_drives_xlamodel(profiled, xla_tried):
     model.compile("adam", "mse", jit_compile=False)
     x, y = regression_data(32 * 40)
     tuner = XLATuner(
-        jit_compile="auto", trial_budget=24, analyze_hlo=False, verbose=0
+        jit_compile="auto",
+        trial_budget=24,
+        analyze_hlo=False,
+        verbose=0,
+        keep=True,
     )
     with profiled() as events:
         model.fit(x, y, batch_size=32, epochs=1, callbacks=[tuner], verbose=0)
