@@ -388,7 +388,8 @@ def setup_findings(status: CacheStatus | None) -> list[tuple]:
             (
                 findings.COMPILE_CACHE_CORRUPT,
                 f"The compile cache entry {os.path.join(directory, name)} is "
-                "not a valid XLA cache entry (empty, truncated or damaged), "
+                "not a valid XLA cache entry (a link, empty, truncated or "
+                "damaged), "
                 f"so it was renamed {name}{entries_lib.CORRUPT_SUFFIX}: "
                 "TensorFlow would have failed the step that loads it.",
                 "Nothing to do: the signature compiles again and its new "

@@ -209,8 +209,9 @@ def in_memory(directory: str | None) -> bool:
 def stamp(now: float | None = None) -> None:
     """Lists the in-memory ledger: entries not seen before are dated
     `now` (the end of the step call that wrote them); then the oldest
-    entries are removed while the ledger holds more than `BUDGET_BYTES`. Cheap (a listing of a few microseconds) and a no-op
-    for a ledger on disk, whose files carry their own times."""
+    entries are removed while the ledger holds more than `BUDGET_BYTES`.
+    Cheap (a listing of a few microseconds) and a no-op for a ledger on
+    disk, whose files carry their own times."""
     directory = _STATUS.directory
     if not _STATUS.owned or not in_memory(directory):
         return
