@@ -26,7 +26,12 @@ from keras_xla.core.trial import AUTO
 from keras_xla.fit_outputs import FitOutputs
 from keras_xla.settings import Settings
 from keras_xla.step_log import CLUSTERS, JIT, StepLog
-from keras_xla.tf_backend import autoclustering, cache_savings, compile_ledger
+from keras_xla.tf_backend import (
+    autoclustering,
+    cache_savings,
+    compile_ledger,
+    summaries,
+)
 from keras_xla.tf_backend import compile_cache as cache_lib
 from keras_xla.tf_backend import jit as jit_lib
 from keras_xla.tf_backend import precision as precision_lib
@@ -409,17 +414,20 @@ class FitRun:
         train_so_far = self.log.collect("train", self.counting)
         self.accountant.finish_run("test", records, train_so_far)
 
-    def epoch_end(self, epoch: int, interrupted: bool = False) -> None:
+    def epoch_end(
+        self, epoch: int, interrupted: bool = False
+    ) -> dict[str, float] | None:
         """Closes the open epoch, once: its stats, checks and outputs. An
         `interrupted` epoch that trained no step is not listed, and gets
-        no checks (its steps are all that is reported)."""
+        no checks (its steps are all that is reported). Returns the
+        epoch's `xla/*` figures (TensorBoard's epoch scalars), or None."""
         if not self.active or not self._epoch_open:
-            return
+            return None
         self._end_train_calls(interrupted)
         records = self.log.take("train", self.counting)
         if interrupted and not records:
             self._epoch_open = False
-            return
+            return None
         if self.trial is not None:  # it goes on in the next epoch
             self.trial.new_epoch()
         stats = self.accountant.finish_epoch(records)
@@ -433,6 +441,8 @@ class FitRun:
         for stage in stages:
             self.outputs.safely(stage.__name__, stage, stats, records)
         self.outputs.write(stats, records)
+        figures = summaries.epoch_scalars(stats, self.report.hlo)
+        return {k: v for k, v in figures.items() if v is not None}
 
     def _label_cache(self, stats, records) -> None:
         status = self.settings.cache_status

@@ -107,6 +107,7 @@ def check_arguments(
     trial_memory: Any = True,
     keep: Any = False,
     trust_shared_cache: Any = False,
+    add_to_logs: Any = True,
 ) -> None:
     """Raises `ValueError` for the first unsupported argument, naming it,
     the value received and the fix."""
@@ -172,6 +173,12 @@ def check_arguments(
             "Unsupported value `XLATuner(trust_shared_cache="
             f"{trust_shared_cache!r})`: pass True (load a compile cache "
             "other users can write) or False."
+        )
+    if not isinstance(add_to_logs, (bool, np.bool_)):
+        raise ValueError(
+            f"Unsupported value `XLATuner(add_to_logs={add_to_logs!r})`: "
+            "pass True (the epoch's xla/* figures go into Keras's logs) or "
+            "False."
         )
     validate_budget(as_int(trial_budget))
     if mixed_precision not in (None, AUTO):

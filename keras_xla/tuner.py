@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Any
 
 import keras
 from keras.src.utils import io_utils
@@ -60,7 +61,9 @@ class XLATuner(keras.callbacks.Callback):
     `xla/compile_cache_misses`. One point per train call (step = global
     train step, written at epoch end): `xla/step_time_ms`. Text:
     `xla/findings` (a Markdown table) and `xla/verdict`, each when it
-    changed, and, after a trial, `xla/decision`.
+    changed, and, after a trial, `xla/decision`. The epoch scalars also
+    go into Keras's `logs` (`add_to_logs`): `History.history[
+    "xla/compilations"]`, a `CSVLogger` column.
 
     Finding codes (all defined in `keras_xla.core.findings.CODES`):
     recompilation causes `partial-last-batch`, `batch-size-change`,
@@ -81,7 +84,9 @@ class XLATuner(keras.callbacks.Callback):
     `hlo-analysis-failed`,
     `trial-skipped`, `tuner-error`, `no-steps`, `output-failed`,
     `duplicate-tuner`, `folded-dimensions`; the cache
-    `compile-cache-corrupt`, `compile-cache-read-only`.
+    `compile-cache-corrupt`, `compile-cache-read-only`,
+    `compile-cache-untrusted`, `compile-cache-not-saved`,
+    `compile-ledger-off`.
 
     The report (`tuner.report`) is also written to
     `<log_dir>/xla_report.json` at every epoch end and at train end.
@@ -113,6 +118,11 @@ class XLATuner(keras.callbacks.Callback):
             can write it (a cache shared by a team): TensorFlow runs what
             an entry holds, so only pass `True` if you trust all of them.
             Links are never followed. Defaults to `False`.
+        add_to_logs: Whether each epoch's `xla/*` figures (the epoch
+            scalars listed above) also go into Keras's `logs`, so
+            `History`, `CSVLogger`, Keras's `TensorBoard` and other
+            loggers see them. Callbacks see them only when listed after
+            the tuner (`History` always does). Defaults to `True`.
         on_unsupported: When XLA cannot compile the step (e.g. a
             `tf.py_function` or string op): `"fallback"` records an
             `unsupported-op` finding (op, layer, source line) and trains on
@@ -200,6 +210,7 @@ class XLATuner(keras.callbacks.Callback):
         trial_memory: bool = True,
         keep: bool = False,
         trust_shared_cache: bool = False,
+        add_to_logs: bool = True,
     ) -> None:
         super().__init__()
         check_arguments(
@@ -217,6 +228,7 @@ class XLATuner(keras.callbacks.Callback):
             trial_memory=trial_memory,
             keep=keep,
             trust_shared_cache=trust_shared_cache,
+            add_to_logs=add_to_logs,
         )
         self.strict = bool(strict)
         self.log_dir = os.fspath(log_dir) if log_dir is not None else None
@@ -230,6 +242,7 @@ class XLATuner(keras.callbacks.Callback):
         self.baseline = baseline
         self.trial_memory = trial_memory
         self.keep = bool(keep)
+        self.add_to_logs = bool(add_to_logs)
         self.mixed_precision = mixed_precision
         # A bad TF_XLA_FLAGS/XLA_FLAGS aborts the process at the first XLA
         # use; say so now, in words.
@@ -343,7 +356,9 @@ class XLATuner(keras.callbacks.Callback):
             self._guarded("on_test_end", self._run.test_end)
 
     def on_epoch_end(self, epoch, logs=None):
-        self._guarded("on_epoch_end", self._run.epoch_end, epoch)
+        figures = self._guarded("on_epoch_end", self._run.epoch_end, epoch)
+        if figures and self.add_to_logs and logs is not None:
+            logs.update(figures)
 
     def on_train_end(self, logs=None):
         self._guarded("on_train_end", self._train_end)
@@ -364,9 +379,10 @@ class XLATuner(keras.callbacks.Callback):
 
     # Failures of the tuner itself never stop training.
 
-    def _guarded(self, hook: str, fn, *args) -> None:
+    def _guarded(self, hook: str, fn, *args) -> Any:
+        """`fn(*args)`'s result; None where it failed (recorded)."""
         try:
-            fn(*args)
+            return fn(*args)
         except Exception as error:  # noqa: BLE001
             if self.strict or isinstance(error, XLAUnsupportedOpError):
                 raise
@@ -378,6 +394,7 @@ class XLATuner(keras.callbacks.Callback):
                 "without this diagnostic.",
                 (hook, type(error).__name__, str(error)),
             )
+            return None
 
 
 # The callback-list hooks Keras's fit loop calls.

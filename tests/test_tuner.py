@@ -251,6 +251,36 @@ def test_side_by_side_with_keras_tensorboard(tmp_path):
     assert {"epoch_loss", "xla/compilations"} <= tags
 
 
+def test_history_and_csv_logger_see_the_epoch_figures(tmp_path):
+    import csv
+
+    x, y = regression_data(40)  # batches of 16, 16, 8: two signatures
+    csv_path = str(tmp_path / "log.csv")
+    tuner = XLATuner(verbose=0, analyze_hlo=False, baseline=False)
+    history = conv_model().fit(
+        x,
+        y,
+        batch_size=16,
+        epochs=2,
+        verbose=0,
+        callbacks=[tuner, keras.callbacks.CSVLogger(csv_path)],
+    )
+    counts = [e.compilations for e in tuner.report.epochs]
+    assert counts == [2, 0]
+    assert history.history["xla/compilations"] == counts
+    assert history.history["xla/recompilations"] == [1, 0]
+    with open(csv_path) as f:
+        rows = list(csv.DictReader(f))
+    assert [float(r["xla/compilations"]) for r in rows] == counts
+    assert [float(r["xla/jit_compile"]) for r in rows] == [1.0, 1.0]
+    # Turned off, Keras's logs hold only Keras's own figures.
+    quiet = XLATuner(verbose=0, analyze_hlo=False, add_to_logs=False)
+    history = conv_model().fit(
+        x, y, batch_size=16, epochs=1, verbose=0, callbacks=[quiet]
+    )
+    assert set(history.history) == {"loss"}
+
+
 def test_string_lookup_reports_disabled_and_trains(tmp_path):
     from test_jit import lookup_dataset, lookup_model
 
