@@ -41,7 +41,7 @@ class ModelState:
             config = getattr(model, "_compile_config", None)
             if "optimizer" in (getattr(config, "config", None) or {}):
                 config.config["optimizer"] = self.optimizer
-        model.jit_compile = self.jit
+        jit_lib.set_xla(model, self.jit)
         if self.set_jit != (tf.config.optimizer.get_jit() == "autoclustering"):
             tf.config.optimizer.set_jit(self.set_jit)
 
@@ -86,7 +86,7 @@ def configure(model: Any, original: ModelState, candidate: Candidate):
     original.restore(model)
     if candidate.policy != model.dtype_policy.name:
         precision_lib.apply_policy(model, candidate.policy)
-    model.jit_compile = candidate.jit
+    jit_lib.set_xla(model, candidate.jit)
     if candidate.clustering is not None:
         import tensorflow as tf
 

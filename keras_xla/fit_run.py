@@ -78,7 +78,7 @@ class FitRun:
         self.accountant = Accountant(self.report, self.book)
         self.trial_result = previous_trial
         self.active = False
-        self.jit_on = False
+        self._configured = False  # jit_compile applied to the model
         self._clustering = False
         self.functions: StepFunctions | None = None
         self.log: StepLog | None = None
@@ -120,7 +120,7 @@ class FitRun:
             self.book.add(code, message, fix, place)
         if s.cache_status is not None:
             self.report.compile_cache = cache_lib.start_section(s.cache_status)
-        self.jit_on = info.enabled
+        self._configured = True
         if self.jit_on:
             self._preflight()
         self._settle_clustering()
@@ -268,9 +268,16 @@ class FitRun:
         reason, finding = unsupported_lib.fallback(
             ops, self.settings.on_unsupported
         )
-        self.model.jit_compile = self.jit_on = self.report.jit.enabled = False
+        jit_lib.set_xla(self.model, False)
+        self.report.jit.enabled = False
         self.report.jit.reason = reason
         self.book.add(*finding)
+
+    @property
+    def jit_on(self) -> bool:
+        """Whether the step compiles with XLA now, read from the model:
+        the one place that holds it (`jit_lib.set_xla` writes it)."""
+        return self._configured and bool(self.model.jit_compile)
 
     # The trial.
 
@@ -296,7 +303,6 @@ class FitRun:
             self._settle(outcome)
         else:
             self.trial = outcome
-            self.jit_on = bool(self.model.jit_compile)
 
     def _trial_step(self, batch: int) -> None:
         outcome = self.trial.before_call(
@@ -306,7 +312,6 @@ class FitRun:
         if outcome == trial_runner.DONE:
             self._finish_trial()
         elif outcome == trial_runner.SWITCHED:
-            self.jit_on = self.trial.active.jit
             self._prepare_functions(("train",))
 
     def _finish_trial(self) -> None:
@@ -317,7 +322,6 @@ class FitRun:
 
     def _settle(self, settlement: trial_runner.Settlement) -> None:
         model = self.model
-        self.jit_on = bool(model.jit_compile)
         if settlement.decision is None:  # the baseline's
             self.report.baseline = settlement.baseline
             return

@@ -22,6 +22,7 @@ from keras_xla.core import drop_rules, trial_budget
 from keras_xla.core import trial as trial_lib
 from keras_xla.core.report import BaselineSection, Decision
 from keras_xla.core.trial import Candidate, Trial
+from keras_xla.tf_backend import jit as jit_lib
 from keras_xla.tf_backend.decision_memory import DecisionMemory
 
 
@@ -377,6 +378,6 @@ class TrialRunner:
 def _fall_back(model, original, xla_possible, decision, problem, fix):
     """No decision: the model trains as it was compiled."""
     original.restore(model)
-    model.jit_compile = bool(original.jit) and xla_possible
+    jit_lib.set_xla(model, bool(original.jit) and xla_possible)
     decision.reason = f"The XLA/precision trial was skipped: {problem}."
     return Settlement(decision, skipped=(decision.reason, fix))

@@ -96,6 +96,21 @@ def blocking_cause(model: Any) -> tuple[str, str, str] | None:
     return None
 
 
+def set_xla(model: Any, on: bool) -> bool:
+    """Sets `model.jit_compile`: the one place keras_xla writes it.
+
+    Keras refuses `True` for a model with a `supports_jit=False` layer
+    (and warns; keras_xla reports the precise cause itself).
+
+    Returns:
+        The setting in force afterwards.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.jit_compile = bool(on)
+    return bool(model.jit_compile)
+
+
 def configure_jit(model: Any, requested: Any) -> tuple[JitInfo, tuple | None]:
     """Applies `requested` to `model.jit_compile` where it can work.
 
@@ -116,7 +131,7 @@ def configure_jit(model: Any, requested: Any) -> tuple[JitInfo, tuple | None]:
     wanted = bool(model.jit_compile) if requested is None else requested
     compiled_with = _compiled_jit_setting(model)
     if not wanted:
-        model.jit_compile = False
+        set_xla(model, False)
         if requested is None and compiled_with is True:
             cause = blocking_cause(model)
             if cause is not None:
@@ -131,14 +146,9 @@ def configure_jit(model: Any, requested: Any) -> tuple[JitInfo, tuple | None]:
         return JitInfo(requested, False, reason), None
     cause = blocking_cause(model)
     if cause is not None:
-        model.jit_compile = False
+        set_xla(model, False)
         return JitInfo(requested, False, cause[1]), cause
-    with warnings.catch_warnings():
-        # Keras warns "Model doesn't support jit_compile=True"; we report
-        # the precise cause ourselves.
-        warnings.simplefilter("ignore")
-        model.jit_compile = True
-    if not model.jit_compile:
+    if not set_xla(model, True):
         cause = (
             DISABLED_BY_LAYER,
             "Keras refused `jit_compile=True` for this model",
