@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BATCH, SAMPLES, EPOCHS = 16, 40, 2  # 3 steps an epoch (16, 16, 8)
 
 
-def conv_model():
+def conv_model(jit_compile=True):
     keras.utils.set_random_seed(0)
     model = keras.Sequential(
         [
@@ -35,7 +35,7 @@ def conv_model():
             keras.layers.Dense(1),
         ]
     )
-    model.compile("adam", "mse", jit_compile=True)
+    model.compile("adam", "mse", jit_compile=jit_compile)
     return model
 
 
@@ -44,14 +44,52 @@ def data(n=SAMPLES):
     return rng.random((n, 16, 4), "float32"), rng.random((n, 1), "float32")
 
 
+class FailAtEpochEnd(keras.callbacks.Callback):
+    """A callback after the tuner whose epoch end raises."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        raise RuntimeError("a callback after the tuner failed")
+
+
 class Interrupt(keras.callbacks.Callback):
     def on_train_batch_begin(self, batch, logs=None):
         if batch == 2:
             raise KeyboardInterrupt
 
 
+VICTIM = b"a file of the user's, outside keras_xla's directories"
+
+
+def plant(fault, work, log_dir):
+    """Links at the names keras_xla reads and writes, pointing at a file
+    of the user's, and entries another user could have written."""
+    victim = os.path.join(work, "victim")
+    with open(victim, "wb") as f:
+        f.write(VICTIM)
+    cache = os.path.join(work, "cache")
+    if fault == "cache-shared-1777":
+        os.makedirs(cache, exist_ok=True)
+        os.chmod(cache, 0o1777)
+    if fault == "cache-planted-entry":
+        for name in os.listdir(cache):
+            os.chmod(os.path.join(cache, name), 0o666)
+    if fault == "cache-symlink-entry":
+        os.makedirs(cache, mode=0o700, exist_ok=True)
+        name = "xla_compile_cache__1__2__XLA_CPU_JIT.pb"
+        os.symlink(victim, os.path.join(cache, name))
+    if fault == "log-dir-symlinks":
+        os.makedirs(log_dir, exist_ok=True)
+        for name in (
+            "xla_report.json.tmp",
+            f"xla_report.json.{os.getpid()}.tmp",
+        ):
+            os.symlink(victim, os.path.join(log_dir, name))
+    return victim
+
+
 def run(fault, work):
     log_dir = os.path.join(work, "logs")
+    victim = plant(fault, work, log_dir)
     kwargs = dict(verbose=0, log_dir=log_dir)
     model, x, y = conv_model(), *data()
     expected = -(-SAMPLES // BATCH) * EPOCHS
@@ -71,8 +109,19 @@ def run(fault, work):
         blocker = os.path.join(work, "blocker")
         open(blocker, "w").close()
         kwargs["log_dir"] = log_dir = os.path.join(blocker, "logs")
+    if fault == "cache-full-disk":
+        from keras_xla.tf_backend import cache_entries
+
+        # As if the cache's disk had less free than keras_xla keeps free.
+        cache_entries.MIN_FREE_BYTES = 1 << 60
     if fault == "empty-dataset":
         x, y, expected = x[:0], y[:0], 0
+    if fault == "callback-fails-at-epoch-end":
+        callbacks.append(FailAtEpochEnd())
+        expected = -(-SAMPLES // BATCH)
+    if fault == "plain-fit-after-tuned":
+        model = conv_model(jit_compile=False)  # the tuner turns XLA on
+        expected += -(-SAMPLES // BATCH)  # and a plain epoch after it
     tuner = keras_xla.XLATuner(**kwargs)
     if fault == "two-tuners":
         callbacks.append(keras_xla.XLATuner(verbose=0))
@@ -96,7 +145,7 @@ def run(fault, work):
             callbacks=[tuner, *callbacks],
             **fit_kwargs,
         )
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, RuntimeError):
         extra["interrupted"] = True
     finally:
         tf.profiler.experimental.stop()
@@ -104,10 +153,31 @@ def run(fault, work):
         tf.profiler.experimental.start(os.path.join(work, "mine"))
         tf.profiler.experimental.stop()  # raises if left running
         extra["own_profiler_starts"] = True
+    if fault == "callback-fails-at-epoch-end":
+        epochs = [(e.epoch, e.steps) for e in tuner.report.epochs]
+        extra["epochs_once"] = epochs == [(0, expected)]
+    if fault == "plain-fit-after-tuned":
+        plain = os.path.join(work, "plain")
+        tf.profiler.experimental.start(plain)
+        model.evaluate(x, y, batch_size=BATCH, verbose=0)
+        model.fit(x, y, batch_size=BATCH, verbose=0)
+        tf.profiler.experimental.stop()
+        extra["plain_xla_compiles"] = len(read_compile_events(plain))
+        extra["jit_restored"] = model.jit_compile is False
     if "second_codes" in extra:
         extra["second_codes"] = callbacks[0].report.finding_codes()
+    if fault == "child-inherits-flags":
+        import subprocess
+
+        code = "import os; print(os.environ.get('TF_XLA_FLAGS'))"
+        seen = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True
+        ).stdout.strip()
+        extra["child_flags_users"] = seen == str(os.environ.get("TF_XLA_FLAGS"))
     report = tuner.report
     truth = len(read_compile_events(profile))
+    with open(victim, "rb") as f:
+        extra["outside_untouched"] = f.read() == VICTIM
     if report.compile_cache is not None:
         extra["cache_hits"] = report.compile_cache.hits
     return {

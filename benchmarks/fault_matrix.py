@@ -2,12 +2,17 @@
 
 For each fault (a damaged compile cache, bad XLA flags, a log dir that
 cannot be written, two tuners, an interrupted profile window, an empty
-dataset, more dynamic dimensions than the probe holds), a child process
+dataset, more dynamic dimensions than the probe holds, an unwritable
+temporary directory, a cache directory or entries another user could
+have written, links planted at the names keras_xla reads and writes, a
+full disk under the cache, a callback after the tuner that fails, plain
+calls after a tuned fit), a child process
 (`fault_child.py`) trains a small Conv1D model with XLATuner and reports
 the steps trained against the steps expected, whether the report is
 valid (its JSON round trip, and the file where it could be written), the
-findings, and the tuner's compile count against the TF profiler's. The
-table says per fault whether nothing was lost.
+findings, whether a file of the user's outside keras_xla's directories
+is unchanged, and the tuner's compile count against the TF profiler's.
+The table says per fault whether nothing was lost.
 
 Run: python benchmarks/fault_matrix.py
 """
@@ -50,7 +55,30 @@ FAULTS = {
     "interrupt-in-profile-window": ({}, None),
     "empty-dataset": ({}, "no-steps"),
     "many-dynamic-dims": ({}, "folded-dimensions"),
+    "tmp-unwritable": ({"TMPDIR": "{work}/blocker/tmp"}, None),
+    "flags-unclosed-quote": (
+        {"TF_XLA_FLAGS": '--tf_xla_auto_jit="2'},
+        "compile-ledger-off",
+    ),
+    "child-inherits-flags": (
+        {"TF_XLA_FLAGS": "--tf_xla_enable_lazy_compilation=true"},
+        None,
+    ),
+    "cache-shared-1777": ({}, "compile-cache-untrusted"),
+    "cache-planted-entry": ({}, "compile-cache-untrusted"),
+    "cache-symlink-entry": ({}, "compile-cache-corrupt"),
+    "cache-full-disk": ({}, "compile-cache-not-saved"),
+    "log-dir-symlinks": ({}, None),
+    "callback-fails-at-epoch-end": ({}, None),
+    "plain-fit-after-tuned": ({}, None),
 }
+# Faults that start from a copy of a healthy cache.
+SEEDED = (
+    "cache-random-bytes",
+    "cache-truncated",
+    "cache-empty",
+    "cache-planted-entry",
+)
 
 
 def child(fault, work, env_extra):
@@ -99,6 +127,7 @@ def main():
             "trained",
             "report valid",
             "finding",
+            "outside",
             "compiles",
             "nothing lost",
         )
@@ -107,17 +136,20 @@ def main():
     for fault, (env, code) in FAULTS.items():
         work = os.path.join(root, fault)
         os.makedirs(work)
-        if fault in ("cache-random-bytes", "cache-truncated", "cache-empty"):
+        if fault == "tmp-unwritable":
+            open(os.path.join(work, "blocker"), "w").close()
+        if fault in SEEDED:
             shutil.copytree(
                 os.path.join(seed, "cache"), os.path.join(work, "cache")
             )
+        if fault in ("cache-random-bytes", "cache-truncated", "cache-empty"):
             damage(os.path.join(work, "cache"), fault)
         if fault == "cache-usual-order":
             child(fault, work, env)  # the first run fills the cache
         out = child(fault, work, env)
         results[fault] = out
         if "died" in out:
-            rows.append((fault, "process died", "-", "-", "-", "NO"))
+            rows.append((fault, "process died", "-", "-", "-", "-", "NO"))
             continue
         codes = out.get("second_codes", out["codes"])
         found = code is None or code in codes
@@ -126,7 +158,12 @@ def main():
             "interrupt-in-profile-window": out.get(
                 "own_profiler_starts", False
             ),
-        }.get(fault, True)
+            "cache-planted-entry": out.get("cache_hits") == 0,
+            "child-inherits-flags": out.get("child_flags_users", False),
+            "callback-fails-at-epoch-end": out.get("epochs_once", False),
+            "plain-fit-after-tuned": out.get("jit_restored", False)
+            and out.get("plain_xla_compiles") == 0,
+        }.get(fault, True) and out["outside_untouched"]
         tuner, truth = out["compilations"]
         ok = (
             out["trained"] == out["expected"]
@@ -144,7 +181,11 @@ def main():
                 or {
                     "cache-usual-order": "cache hits",
                     "interrupt-in-profile-window": "profiler freed",
+                    "child-inherits-flags": "user's flags",
+                    "callback-fails-at-epoch-end": "epoch once",
+                    "plain-fit-after-tuned": "model as compiled",
                 }.get(fault, "-"),
+                "untouched" if out["outside_untouched"] else "CHANGED",
                 f"{tuner}/{truth}",
                 "yes" if ok else "NO",
             )
