@@ -126,3 +126,72 @@ def xla_tried(monkeypatch):
     from keras_xla.core.trial import Trial
 
     monkeypatch.setattr(Trial, "cannot_pay_back", _tries_every_candidate)
+
+
+def _token_and_position_class():
+    import keras
+
+    class TokenAndPosition(keras.layers.Layer):
+        """Token and position embeddings, as keras-io's NER example."""
+
+        def __init__(self, vocab, max_length, width):
+            super().__init__()
+            self.tokens = keras.layers.Embedding(vocab, width)
+            self.positions = keras.layers.Embedding(max_length, width)
+
+        def call(self, ids):
+            length = keras.ops.shape(ids)[-1]
+            return self.tokens(ids) + self.positions(keras.ops.arange(length))
+
+    return TokenAndPosition
+
+
+def _TokenAndPosition(*args):
+    return _token_and_position_class()(*args)
+
+
+def ner_like(batches=(7, 9, 12, 7, 9, 12), batch=4, last=3, vocab=50):
+    """A small NER-like tagger (Embedding, MultiHeadAttention, Dense, a
+    custom masked loss) compiled with XLA, and a `padded_batch` dataset
+    of unknown cardinality: each batch pads its token ids to the
+    lengths in `batches` (full batches of `batch`), then a last batch of
+    `last` sequences padded to one more than the longest length (a
+    partial batch of a new length)."""
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(0)
+    tokens = keras.Input((None,), dtype="int32", name="tokens")
+    x = _TokenAndPosition(vocab, 64, 16)(tokens)
+    attended = keras.layers.MultiHeadAttention(2, 8)(x, x)
+    x = keras.layers.LayerNormalization()(
+        x + keras.layers.Dropout(0.1)(attended)
+    )
+    hidden = keras.layers.Dense(32, activation="relu")(x)
+    x = keras.layers.LayerNormalization()(x + keras.layers.Dense(16)(hidden))
+    model = keras.Model(tokens, keras.layers.Dense(5)(x))
+
+    def masked_loss(y_true, y_pred):
+        mask = keras.ops.cast(y_true > 0, "float32")
+        loss = keras.losses.sparse_categorical_crossentropy(
+            y_true, y_pred, from_logits=True
+        )
+        return keras.ops.sum(loss * mask) / keras.ops.maximum(
+            keras.ops.sum(mask), 1.0
+        )
+
+    model.compile("adam", masked_loss, jit_compile=True)
+    lengths = [n for n in batches for _ in range(batch)]
+    lengths += [max(batches) + 1] * last
+    rng = np.random.default_rng(0)
+
+    def sentences():
+        for n in lengths:
+            ids = rng.integers(1, vocab, size=n).astype("int32")
+            yield ids, (ids % 4 + 1).astype("int32")
+
+    spec = tf.TensorSpec((None,), tf.int32)
+    data = tf.data.Dataset.from_generator(
+        sentences, output_signature=(spec, spec)
+    ).padded_batch(batch)
+    return model, data

@@ -100,6 +100,33 @@ def test_known_trip_count_multiplies_loop_bodies():
         analyze(hand_module(), top_unfused=-1)
 
 
+def test_operand_ids_of_a_cloned_computation_are_found():
+    # What XLA wrote for a transformer on padded text: a fused dot in
+    # computation 60 names its operands by ids whose upper part is
+    # another computation's (54 << 32 | local), which once raised
+    # KeyError((60, 231928233999)).
+    module = hlo_pb2.HloModuleProto(entry_computation_id=1)
+    entry = module.computations.add(id=1)
+    fused = module.computations.add(id=60)
+    p = instruction(fused, "parameter", dims=(4, 4))
+    p.id = 60 << 32 | 15
+    dot = instruction(fused, "dot", dims=(4, 4))
+    dot.id = 60 << 32 | 16
+    dot.operand_ids.extend([54 << 32 | 15, 54 << 32 | 15])
+    dot.dot_dimension_numbers.lhs_contracting_dimensions.append(1)
+    dot.dot_dimension_numbers.rhs_contracting_dimensions.append(0)
+    instruction(fused, "exponential", dims=(4, 4), operands=[dot.id])
+    arg = instruction(entry, "parameter", dims=(4, 4))
+    instruction(entry, "fusion", operands=[arg.id], calls=[fused.id])
+    assert 54 << 32 | 15 == 231928233999
+    stats = analyze(module)
+    assert stats.flops == 2 * 4 * 4 * 4
+    assert (stats.kernels_per_step, stats.compute_ops) == (1, 2)
+    # Operands of ops that count no FLOPs are never looked up.
+    e = instruction(fused, "negate", dims=(4, 4), operands=[99 << 32 | 7])
+    assert analyze(module).compute_ops == 3 and e.operand_ids
+
+
 def ones(*shape):
     return tf.ones(shape)
 

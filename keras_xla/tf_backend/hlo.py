@@ -41,6 +41,10 @@ NO_OP_OPCODES = frozenset(
     " async-done".split()
 )
 CONTROL_FLOW_OPCODES = frozenset("while conditional call async-start".split())
+# The opcodes `instruction_flops` counts: the only ones whose operands'
+# shapes are read.
+FLOP_OPCODES = frozenset(("dot", "convolution"))
+_LOCAL = 0xFFFFFFFF  # the local part of an instruction id
 # The name scope of the tuner's shape probe: kernels made only of its ops
 # are the tuner's, not the model's, and are left out of the statistics.
 PROBE_SCOPE = "keras_xla_probe"
@@ -193,15 +197,7 @@ def _known_trip_count(instruction: hlo_pb2.HloInstructionProto) -> int | None:
 def _kernels(module: hlo_pb2.HloModuleProto) -> tuple[list[_Kernel], int]:
     """The kernels of a module and the number of loops of unknown length."""
     computations = {c.id: c for c in module.computations}
-    # Operands by id within their computation. A module XLA serialized
-    # with its executable numbers instructions (computation << 32 | local)
-    # but may name operands by the local part alone.
-    shapes = {
-        (c.id, key): i.shape
-        for c in computations.values()
-        for i in c.instructions
-        for key in (i.id, i.id & 0xFFFFFFFF)
-    }
+    shape_of = _operand_shapes(computations.values())
     kernels: list[_Kernel] = []
     unknown = 0
 
@@ -236,9 +232,10 @@ def _kernels(module: hlo_pb2.HloModuleProto) -> tuple[list[_Kernel], int]:
                     continue  # the tuner's probe, not the model's work
                 flops = sum(
                     instruction_flops(
-                        op, [shapes[where, i] for i in op.operand_ids]
+                        op, [shape_of(where, i) for i in op.operand_ids]
                     )
                     for where, op in ops
+                    if op.opcode in FLOP_OPCODES
                 )
                 kernels.append(
                     _Kernel(inst, tuple(op for _, op in ops), times, flops)
@@ -246,6 +243,33 @@ def _kernels(module: hlo_pb2.HloModuleProto) -> tuple[list[_Kernel], int]:
 
     visit(module.entry_computation_id, 1)
     return kernels, unknown
+
+
+def _operand_shapes(computations) -> Callable[[int, int], Any]:
+    """`shape_of(computation id, operand id)`: an operand's shape.
+
+    A module XLA serialized with its executable numbers instructions
+    `computation << 32 | local`, but may name an operand by the local
+    part alone, or (in a computation it cloned, seen on a transformer
+    with padded text) by an id whose upper part is another
+    computation's. Looked up in the computation first, by the whole id
+    and by its local part, then by the whole id anywhere in the module.
+    Raises `KeyError` only for an id the module does not hold.
+    """
+    local, anywhere = {}, {}
+    for c in computations:
+        for i in c.instructions:
+            anywhere.setdefault(i.id, i.shape)
+            for key in (i.id, i.id & _LOCAL):
+                local[c.id, key] = i.shape
+
+    def shape_of(computation_id: int, operand_id: int) -> Any:
+        for key in (operand_id, operand_id & _LOCAL):
+            if (computation_id, key) in local:
+                return local[computation_id, key]
+        return anywhere[operand_id]
+
+    return shape_of
 
 
 def _element_type_name(shape: Any) -> str:

@@ -158,11 +158,16 @@ def analyze_or_explain(*args, **kwargs) -> tuple[HloSection | None, tuple]:
             "for it.",
         )
     except Exception as error:  # noqa: BLE001 - never stop training
-        logger.exception("keras_xla: HLO analysis failed")
+        # The finding is what the user reads; the traceback is for a bug
+        # report, at debug level (training goes on either way).
+        logger.debug("keras_xla: HLO analysis failed", exc_info=True)
         return None, (
             findings.HLO_ANALYSIS_FAILED,
-            f"HLO analysis failed: {type(error).__name__}: {error}",
-            "Pass XLATuner(analyze_hlo=False) to skip it.",
+            f"HLO analysis failed: {type(error).__name__}: {error}. "
+            "Training went on; the traceback is logged at debug level "
+            f"(logging.getLogger({__name__!r}).setLevel(logging.DEBUG)).",
+            "Pass XLATuner(analyze_hlo=False) to skip it, and please "
+            "report the traceback.",
         )
 
 
