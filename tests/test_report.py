@@ -1,5 +1,6 @@
 import json
 import os
+import warnings
 
 import pytest
 
@@ -208,3 +209,27 @@ def test_archives_stay_in_fit_order_after_one_is_deleted(tmp_path):
     fit(5)
     assert (archived(2), archived(3)) == (2, 4)
     assert XLAReport.load(str(tmp_path)).environment["fit"] == 5
+
+
+def test_the_recompilation_table_names_the_dims_its_message_names():
+    from keras_xla.core.accounting import Accountant
+    from keras_xla.core.findings import FindingBook
+    from keras_xla.core.render import full_report
+    from keras_xla.core.signatures import Signature, TensorSignature
+
+    def sig(shape):
+        return Signature(0, (TensorSignature("x", shape, "float32"),))
+
+    report = XLAReport()
+    accountant = Accountant(report, FindingBook(report.findings))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the finding's own warning
+        accountant._explain(
+            "train", 3, [sig((8, 32, 32, 3))], sig((8, 28, 30, 3)), False, 0.5
+        )
+    (r,) = report.recompilations
+    assert "dims 1, 2" in r.message
+    table = full_report(report, "r").splitlines()
+    (row,) = [line for line in table if line.startswith("train")]
+    assert row.split()[:6] == ["train", "0", "3", "x", "1,", "2"]
+    assert row.split()[-2:] == ["dynamic_dim", "0.50"]

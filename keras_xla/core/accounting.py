@@ -111,6 +111,9 @@ class Accountant:
         self.book = book
         self._medians: dict[str, float] = {}
         self._results: dict[str, dict] = {}
+        # When each recompilation's call started (Unix time), by the
+        # object's id: the report lists them in the order they happened.
+        self._started: dict[int, float] = {}
         self.epoch = 0
 
     def start_epoch(self, epoch: int) -> None:
@@ -168,6 +171,9 @@ class Accountant:
                 )
                 step = record.first_step + index
                 self._explain(function, step, previous, sig, last, seconds)
+                self._started[id(self.report.recompilations[-1])] = (
+                    record.started_at
+                )
         result = self._results.setdefault(
             function,
             {"compilations": 0, "compile_seconds": 0.0, "recompilations": 0},
@@ -214,6 +220,10 @@ class Accountant:
         self.report.epochs.append(epoch_stats)
         # Validation finishes before the epoch: restore time order.
         self.report.compile_log.sort(key=lambda c: c.started_at)
+        started = self._started
+        self.report.recompilations.sort(
+            key=lambda r: started.get(id(r), float("-inf"))
+        )
         return epoch_stats
 
     def _reference_median(self, function, train_so_far) -> float | None:
@@ -231,8 +241,7 @@ class Accountant:
 
     def _explain(self, function, step, previous, sig, last, seconds):
         change, changes = explain(previous, sig, last)
-        fix = fix_for(change)
-        message = describe(change, function, changes)
+        fix, message = both_causes(change, function, changes)
         self.report.recompilations.append(
             Recompilation(
                 function=function,
@@ -270,6 +279,25 @@ class Accountant:
                 (function, other.input, other.dim),
                 seconds if primary else 0.0,
             )
+
+
+def both_causes(change, function: str, changes) -> tuple[str, str]:
+    """`(fix, message)` of one recompilation: its primary change, and
+    every other cause of the same step (a short last batch whose padded
+    length was new too) with its fix: removing one cause alone would
+    not have avoided the compile."""
+    message, fix = describe(change, function, changes), fix_for(change)
+    others = {}
+    for other in primary_changes(changes):
+        if other.cause != change.cause:
+            others.setdefault(other.cause, other)
+    for other in others.values():
+        said = describe(other, function, changes).removeprefix(f"{function}: ")
+        message += f" Also {said}"
+        fix += f" And: {fix_for(other)}"
+    if others:
+        message += " Either change alone compiles the step again: fix both."
+    return fix, message
 
 
 def _round(value: float | None) -> float | None:

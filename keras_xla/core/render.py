@@ -381,9 +381,17 @@ def full_report(report: XLAReport, path: str) -> str:
     lines += ["", f"Recompilations ({len(report.recompilations)})"]
     rows = [RECOMPILATION_HEADER]
     for r in report.recompilations:
-        where = map(str, (r.function, r.epoch, r.step, r.input, r.dim))
+        where = map(str, (r.function, r.epoch, r.step, r.input))
         change = f"{r.before} -> {r.after}"
-        rows.append((*where, change, r.cause, number(r.compile_seconds)))
+        rows.append(
+            (
+                *where,
+                recompilation_dims(r),
+                change,
+                recompilation_causes(r),
+                number(r.compile_seconds),
+            )
+        )
     lines += format_table(rows) if report.recompilations else []
     baseline = baseline_line(report.baseline)
     lines += ["", *baseline] if baseline else []
@@ -399,6 +407,32 @@ def full_report(report: XLAReport, path: str) -> str:
         lines.append(f"  {f.message}")
         lines.append(f"  Fix: {f.fix}")
     return "\n".join(lines)
+
+
+def recompilation_dims(r) -> str:
+    """The dimensions of the recompilation's input that changed with its
+    cause, as its message names them (`1, 2`); `None` for a change of no
+    dimension."""
+    dims = [
+        c.get("dim")
+        for c in r.changes or ()
+        if isinstance(c, dict)
+        and c.get("input") == r.input
+        and c.get("cause") == r.cause
+        and c.get("dim") is not None
+    ]
+    return ", ".join(map(str, dims)) if len(dims) > 1 else str(r.dim)
+
+
+def recompilation_causes(r) -> str:
+    """The recompilation's cause, then every other cause of the same step
+    (`partial_batch + dynamic_dim`), as its message names them."""
+    causes = [r.cause]
+    for c in r.changes or ():
+        cause = c.get("cause") if isinstance(c, dict) else None
+        if isinstance(cause, str) and cause not in causes:
+            causes.append(cause)
+    return " + ".join(map(str, causes))
 
 
 def hlo_lines(hlo) -> list[str]:
