@@ -288,3 +288,26 @@ def test_the_tuner_passes_trust_to_the_cache(tmp_path):
         verbose=0, compile_cache=str(shared), trust_shared_cache=True
     )
     assert trusted._cache_status.active is True
+
+
+def test_entries_loaded_from_one_cache_never_go_to_another(tmp_path):
+    # Two caches in one process (two trials with different directories):
+    # what was loaded from A is A's; B gets only what this process
+    # compiled.
+    from keras_xla.tf_backend import cache_entries, compile_ledger
+
+    name, data = entry_bytes()
+    ledger = compile_ledger.status().directory
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(mode=0o700)
+    b.mkdir(mode=0o700)
+    from_a = name.replace("__", "__7", 1)
+    (a / from_a).write_bytes(data)
+    (a / from_a).chmod(0o600)
+    copied, _ = cache_entries.copy_in(str(a), ledger, trust=False)
+    assert copied == [from_a]
+    written, problem = cache_entries.copy_out(ledger, str(b))
+    assert problem is None
+    assert from_a not in written and not (b / from_a).exists()
+    assert name in written  # compiled here
+    compile_ledger.remove(f"{ledger}/{from_a}")
