@@ -311,3 +311,24 @@ def test_entries_loaded_from_one_cache_never_go_to_another(tmp_path):
     assert from_a not in written and not (b / from_a).exists()
     assert name in written  # compiled here
     compile_ledger.remove(f"{ledger}/{from_a}")
+
+
+def test_copy_in_takes_the_newest_entries_up_to_half_the_ledger(
+    tmp_path, monkeypatch
+):
+    from keras_xla.tf_backend import cache_entries, compile_ledger
+
+    name, data = entry_bytes()
+    ledger = compile_ledger.status().directory
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    names = [name.replace("__", f"__{i}", 1) for i in (4, 5, 6, 3)]
+    for age, entry in enumerate(names):
+        (cache / entry).write_bytes(data)
+        (cache / entry).chmod(0o600)
+        os.utime(cache / entry, (1000.0 + age, 1000.0 + age))
+    monkeypatch.setattr(compile_ledger, "MAX_ENTRIES", 4)
+    copied, left_out = cache_entries.copy_in(str(cache), ledger, trust=False)
+    assert copied == [names[3], names[2]] and left_out == []
+    for entry in copied:
+        compile_ledger.remove(f"{ledger}/{entry}")

@@ -113,14 +113,18 @@ def writable(directory: str) -> bool:
 
 def copy_in(directory: str, ledger: str, trust: bool) -> tuple[list, list]:
     """Copies the entries of the cache `directory` into the in-memory
-    `ledger`; returns `(names copied, (name, why) of entries left out)`:
-    untrusted files (unless `trust`) and damaged ones. Never raises."""
+    `ledger`, newest first, up to half its budget (entries and bytes);
+    returns `(names copied, (name, why) of entries left out)`: untrusted
+    files (unless `trust`) and damaged ones. Never raises."""
     have = {os.path.basename(p) for p in compile_ledger.entries(ledger)}
-    copied, left_out = [], []
-    for path in sorted(compile_ledger.entries(directory)):
+    copied, left_out, room = [], [], compile_ledger.BUDGET_BYTES // 2
+    found = compile_ledger.entries(directory)
+    for path in sorted(found, key=found.get, reverse=True):
         name = os.path.basename(path)
         if name in have:
             continue
+        if len(copied) >= compile_ledger.MAX_ENTRIES // 2:
+            break
         why = None if _regular(path) else "it is a link or not a file"
         why = why or (None if trust else untrusted(path))
         if why is not None:
@@ -129,10 +133,13 @@ def copy_in(directory: str, ledger: str, trust: bool) -> tuple[list, list]:
         try:
             data = compile_ledger.read_bytes(path)
             compile_ledger.parse_modules(data, path)
+            if len(data) > room:
+                break
             compile_ledger.write_bytes(f"{ledger.rstrip('/')}/{name}", data)
         except (OSError, ValueError) as error:
             left_out.append((name, str(error)))
             continue
+        room -= len(data)
         _IMPORTED.add(name)
         copied.append(name)
     return copied, left_out

@@ -51,6 +51,7 @@ PREFIX = "keras_xla_ledger_"
 OFF_VARIABLE = "KERAS_XLA_LEDGER"
 # The most the in-memory ledger holds; the oldest entries go first.
 BUDGET_BYTES = 256 << 20
+MAX_ENTRIES = 64
 
 
 @dataclasses.dataclass
@@ -71,6 +72,8 @@ class LedgerStatus:
 _STATUS = LedgerStatus(None, False, "keras_xla was not imported")
 # In-memory entries: path -> (first listed at, size in bytes).
 _SEEN: dict[str, tuple[float, int]] = {}
+# How many names the in-memory ledger held at the last `stamp()`.
+_LISTED = -1
 
 
 def tensorflow_started() -> bool:
@@ -209,46 +212,53 @@ def in_memory(directory: str | None) -> bool:
 def stamp(now: float | None = None) -> None:
     """Lists the in-memory ledger: entries not seen before are dated
     `now` (the end of the step call that wrote them); then the oldest
-    entries are removed while the ledger holds more than `BUDGET_BYTES`.
-    Cheap (a listing of a few microseconds) and a no-op for a ledger on
-    disk, whose files carry their own times."""
+    entries are removed while the ledger holds more than `BUDGET_BYTES`
+    or `MAX_ENTRIES`. Called after every step call, so its common case
+    (nothing new: the listing has as many names as the last one) costs
+    one listing of the directory and a length check; a no-op for a
+    ledger on disk, whose files carry their own times."""
+    global _LISTED
     directory = _STATUS.directory
     if not _STATUS.owned or not in_memory(directory):
         return
     if _STATUS.set_flags is not None:
         release_environment()  # a step ran: TensorFlow read its flags
-    now = time.time() if now is None else now
-    names = _children(directory)
-    fresh = [n for n in names if _path(directory, n) not in _SEEN]
-    if not fresh and len(_SEEN) == len(names):
+    names = _listing(directory)
+    if len(names) == _LISTED:
         return
-    present = {_path(directory, n) for n in names}
+    now = time.time() if now is None else now
+    present = {
+        _path(directory, n) for n in names if fnmatch.fnmatch(n, ENTRY_PATTERN)
+    }
     for path in [p for p in _SEEN if p not in present]:
         del _SEEN[path]  # removed by someone else (a cache's clear)
-    for name in fresh:
-        path = _path(directory, name)
+    for path in present.difference(_SEEN):
         _SEEN[path] = (now, size(path))
-    _prune(BUDGET_BYTES)
+    _prune(BUDGET_BYTES, MAX_ENTRIES)
+    _LISTED = len(_listing(directory))
 
 
-def _prune(budget: int) -> None:
+def _prune(budget: int, most: int) -> None:
     total = sum(s for _, s in _SEEN.values())
     for path, (_, nbytes) in sorted(_SEEN.items(), key=lambda kv: kv[1]):
-        if total <= budget:
+        if total <= budget and len(_SEEN) <= most:
             return
         remove(path)
         _SEEN.pop(path, None)
         total -= nbytes
 
 
-def _children(directory: str) -> list[str]:
+def _listing(directory: str) -> list[str]:
     from tensorflow.python.lib.io import _pywrap_file_io
 
     try:
-        names = _pywrap_file_io.GetChildren(directory)
+        return _pywrap_file_io.GetChildren(directory)
     except Exception:  # noqa: BLE001 - not created yet: no compilation
         return []
-    return [n for n in names if fnmatch.fnmatch(n, ENTRY_PATTERN)]
+
+
+def _children(directory: str) -> list[str]:
+    return [n for n in _listing(directory) if fnmatch.fnmatch(n, ENTRY_PATTERN)]
 
 
 def _path(directory: str, name: str) -> str:
