@@ -350,6 +350,13 @@ class FitRun:
             self.profile.before_call(self.log.timer.clock_offset + now)
         self.log.begin(function, batch, now, self.counting)
 
+    def step_end(self) -> None:
+        """A call's batch-end hook: where the call ends if it is its
+        run's last (what follows, Keras's end of the data and of the
+        epoch, is not the step's)."""
+        if self.active:
+            self.log.timer.end(time.perf_counter())
+
     # Epochs and validation runs.
 
     def _drain(self, when: str) -> None:

@@ -341,6 +341,9 @@ class XLATuner(keras.callbacks.Callback):
             "on_train_batch_begin", self._run.step_begin, "train", batch
         )
 
+    def on_train_batch_end(self, batch, logs=None):
+        self._guarded("on_train_batch_end", self._run.step_end)
+
     def on_test_begin(self, logs=None):
         if self._run is not None:
             self._guarded("on_test_begin", self._run.test_begin)
@@ -350,6 +353,10 @@ class XLATuner(keras.callbacks.Callback):
             self._guarded(
                 "on_test_batch_begin", self._run.step_begin, "test", batch
             )
+
+    def on_test_batch_end(self, batch, logs=None):
+        if self._run is not None:
+            self._guarded("on_test_batch_end", self._run.step_end)
 
     def on_test_end(self, logs=None):
         if self._run is not None:
