@@ -131,11 +131,6 @@ def check_arguments(
                 f"Unsupported value `XLATuner({name}={value!r})`. "
                 f"Possible choices are: {', '.join(map(repr, choices))}."
             )
-    if not isinstance(strict, (bool, np.bool_)):
-        raise ValueError(
-            f"Unsupported value `XLATuner(strict={strict!r})`: pass True "
-            "(raise on the tuner's own failures) or False."
-        )
     if profile_steps is not None and log_dir is None:
         raise ValueError(
             f"`XLATuner(profile_steps={profile_steps!r})` needs a log_dir."
@@ -152,34 +147,19 @@ def check_arguments(
             f"Unsupported value `XLATuner(peak_flops={peak_flops!r})`: pass "
             "the peak FLOP/s (a number > 0), 'measure' or None."
         )
-    if not isinstance(baseline, bool):
-        raise ValueError(
-            f"Unsupported value `XLATuner(baseline={baseline!r})`: pass True "
-            "(measure a no-XLA baseline window) or False."
-        )
-    if not isinstance(trial_memory, bool):
-        raise ValueError(
-            f"Unsupported value `XLATuner(trial_memory={trial_memory!r})`: "
-            "pass True (remember the trial's winner across runs) or False."
-        )
-    if not isinstance(keep, (bool, np.bool_)):
-        raise ValueError(
-            f"Unsupported value `XLATuner(keep={keep!r})`: pass True (the "
-            "model keeps the XLA setting the tuner chose after the fit) or "
-            "False (it is left as you compiled it)."
-        )
-    if not isinstance(trust_shared_cache, (bool, np.bool_)):
-        raise ValueError(
-            "Unsupported value `XLATuner(trust_shared_cache="
-            f"{trust_shared_cache!r})`: pass True (load a compile cache "
-            "other users can write) or False."
-        )
-    if not isinstance(add_to_logs, (bool, np.bool_)):
-        raise ValueError(
-            f"Unsupported value `XLATuner(add_to_logs={add_to_logs!r})`: "
-            "pass True (the epoch's xla/* figures go into Keras's logs) or "
-            "False."
-        )
+    for name, value, meaning in (
+        ("strict", strict, "raise on the tuner's own failures"),
+        ("baseline", baseline, "measure a no-XLA baseline window"),
+        ("trial_memory", trial_memory, "remember the trial's winner"),
+        ("keep", keep, "the model keeps the tuner's choice after the fit"),
+        ("trust_shared_cache", trust_shared_cache, "load a shared cache"),
+        ("add_to_logs", add_to_logs, "the xla/* figures go into logs"),
+    ):
+        if not isinstance(value, (bool, np.bool_)):
+            raise ValueError(
+                f"Unsupported value `XLATuner({name}={value!r})`: pass True "
+                f"({meaning}) or False."
+            )
     validate_budget(as_int(trial_budget))
     if mixed_precision not in (None, AUTO):
         precision_lib.float_policy(mixed_precision, "XLATuner(mixed_precision")
