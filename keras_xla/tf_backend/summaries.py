@@ -1,4 +1,5 @@
-"""TensorBoard writing: per-epoch `xla/` scalars and text summaries.
+"""TensorBoard writing: per-epoch `xla/` scalars and text summaries, and
+the report's JSON for the "XLA" tab (`keras_xla.dashboard`).
 
 Events go to `<log_dir>/train`, the run directory that
 `keras.callbacks.TensorBoard` uses for training scalars, with the epoch as
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 
 from keras_xla.core import render
+from keras_xla.dashboard import metadata
 
 # Scalar tags, one point per epoch.
 SCALAR_TAGS = (
@@ -28,7 +30,9 @@ DECISION_TAG = "xla/decision"
 VERDICT_TAG = "xla/verdict"
 # One point per train call, step = global train step: a recompilation
 # shows as a spike.
-STEP_TIME_TAG = "xla/step_time_ms"
+STEP_TIME_TAG = metadata.STEP_TIME_TAG
+# The report's JSON, one string tensor per epoch, for the "XLA" tab.
+REPORT_TAG = metadata.REPORT_TAG
 TRAIN_RUN = "train"
 
 
@@ -108,6 +112,19 @@ class SummaryWriter:
             for step, value in points:
                 tf.summary.scalar(STEP_TIME_TAG, value, step=step)
 
+    def write_report(self, step: int, report_json: str) -> None:
+        """The report's JSON at `step` (the epoch), under `REPORT_TAG`
+        with the dashboard plugin's name, so the "XLA" tab reads it."""
+        import tensorflow as tf
+
+        with tf.init_scope(), self._get().as_default():
+            tf.summary.write(
+                REPORT_TAG,
+                tf.constant(report_json),
+                step=step,
+                metadata=metadata.summary_metadata(),
+            )
+
     def write_text(self, step: int, tag: str, text: str) -> None:
         import tensorflow as tf
 
@@ -135,7 +152,8 @@ def write_epoch(
     """One epoch: its scalars, each train call's step time (`records`, at
     global step `first_step + record.first_step`), the findings table and
     the verdict when they changed, and, when the trial just `decided`,
-    its decision; then flushes."""
+    its decision; then the report's JSON for the "XLA" tab; then
+    flushes."""
     writer.write_scalars(stats.epoch, epoch_scalars(stats, report.hlo))
     writer.write_step_times(
         [
@@ -151,4 +169,5 @@ def write_epoch(
     if decided:
         text = render.decision_markdown(report.decision)
         writer.write_text(stats.epoch, DECISION_TAG, text)
+    writer.write_report(stats.epoch, report.to_json())
     writer.flush()
