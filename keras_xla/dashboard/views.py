@@ -1,0 +1,218 @@
+"""What the "XLA" tab shows, as JSON-ready values: the run list, one
+run's view (its report, step-time series and compilation markers), two
+runs compared, and the page for a log dir without tuner data.
+
+Pure logic over the report's JSON: nothing here imports TensorFlow,
+TensorBoard or Keras. Two runs are compared by `keras_xla.core.compare`,
+the same rows `keras-xla report A B` prints.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from keras_xla.core import compare, reading
+from keras_xla.core.report import XLAReport
+from keras_xla.core.signatures import FINDING_CODES
+
+FIRST_COMPILE = "first compile"
+# What the page shows when no run holds the tuner's report.
+ADD_THE_TUNER = {
+    "title": "No XLATuner data in this log dir",
+    "text": "The XLA tab reads the report XLATuner writes at each epoch "
+    "end. Add the tuner to fit with this log dir, then reload:",
+    "code": "import keras_xla\n\n"
+    "tuner = keras_xla.XLATuner(log_dir=LOG_DIR)\n"
+    "model.fit(ds, epochs=EPOCHS, callbacks=[tuner])",
+    "then": "tensorboard --logdir LOG_DIR",
+}
+
+
+def parse_report(text: str) -> XLAReport | None:
+    """The report from its JSON text, read as far as it can be
+    (`XLAReport.from_dict`), or None when it is not a report."""
+    try:
+        return XLAReport.from_dict(reading.parse(text))
+    except (ValueError, TypeError):
+        return None
+
+
+def json_safe(value: Any) -> Any:
+    """`value` with NaN and infinities as None, so a browser parses it."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def run_entry(run: str, report: XLAReport) -> dict:
+    """One row of the run list: the run's name and verdict in brief."""
+    verdict = report.verdict
+    return json_safe(
+        {
+            "run": run,
+            "xla_enabled": verdict.xla_enabled if verdict else None,
+            "paid_back": verdict.paid_back if verdict else None,
+            "speedup": verdict.speedup if verdict else None,
+            "headline": verdict.headline if verdict else "",
+            "epochs": len(report.epochs),
+            "compilations": report.total_compilations,
+            "recompilations": len(report.recompilations),
+        }
+    )
+
+
+def epoch_offsets(report: XLAReport) -> dict[int, tuple[int, int]]:
+    """`{epoch: (global step of its first train call, its steps)}`, the
+    steps `xla/step_time_ms` is written at."""
+    offsets, done = {}, 0
+    for e in report.epochs:
+        offsets[e.epoch] = (done, e.steps)
+        done += e.steps
+    return offsets
+
+
+def markers(report: XLAReport) -> list[dict]:
+    """One marker per compilation of the compile log, at the global train
+    step it happened: a train compilation at its step, a validation (or
+    predict) one at its epoch's end (`validation`). Each is labelled with
+    its cause (`first compile`, or the recompilation's finding code) and
+    carries the recompilation's input, dimension, shapes and seconds."""
+    offsets = epoch_offsets(report)
+    explained = {
+        (r.function, r.epoch, r.step): r for r in report.recompilations
+    }
+    out = []
+    for c in report.compile_log:
+        start, steps = offsets.get(c.epoch, (0, 0))
+        train = c.function == "train"
+        rec = explained.get((c.function, c.epoch, c.step))
+        label = FIRST_COMPILE
+        if rec is not None:
+            label = FINDING_CODES.get(rec.cause, rec.cause)
+        elif not c.first:
+            label = "recompile"
+        out.append(
+            {
+                "function": c.function,
+                "validation": not train,
+                "epoch": c.epoch,
+                "step": c.step,
+                "global_step": start + c.step if train else start + steps - 0.5,
+                "label": label,
+                "seconds": c.compile_seconds,
+                "shapes": c.shapes,
+                "cache": c.cache,
+                "input": rec.input if rec else None,
+                "dim": rec.dim if rec else None,
+                "before": rec.before if rec else None,
+                "after": rec.after if rec else None,
+                "message": rec.message if rec else "",
+            }
+        )
+    return out
+
+
+def xla_figures(report: XLAReport) -> dict:
+    """XLA's mode, auto-clustering's clusters and share, the HLO figures,
+    compile-cache hits and the trial's decision, each None when absent."""
+    data = report.to_dict()
+    jit = data["jit"] or {}
+    clustering = data["clustering"] or {}
+    share = report.clustering.share if report.clustering else None
+    hlo, cache, decision = (
+        data[k] for k in ("hlo", "compile_cache", "decision")
+    )
+    return {
+        "mode": clustering.get("mode")
+        or ("jit_compile" if jit.get("enabled") else "off"),
+        "requested": jit.get("requested"),
+        "enabled": jit.get("enabled"),
+        "reason": jit.get("reason", ""),
+        "clusters": clustering.get("clusters") or {},
+        "cluster_share": share,
+        "hlo": None
+        if not hlo
+        else {
+            k: hlo.get(k)
+            for k in (
+                "kernels_per_step",
+                "fusions",
+                "fusion_ratio",
+                "flops_per_step",
+                "achieved_tflops",
+                "utilization",
+                "unfused_converts",
+                "source",
+            )
+        },
+        "cache": None
+        if not cache
+        else {
+            k: cache.get(k)
+            for k in ("active", "hits", "misses", "seconds_saved")
+        },
+        "decision": None
+        if not decision
+        else {
+            "status": decision.get("status"),
+            "winner": decision.get("winner"),
+            "reason": decision.get("reason", ""),
+            "speedup_vs_default": decision.get("speedup_vs_default"),
+            "candidates": [
+                {
+                    k: c.get(k)
+                    for k in ("name", "median_step_ms", "compile_seconds")
+                }
+                for c in decision.get("candidates") or []
+            ],
+        },
+    }
+
+
+def run_view(run: str, report: XLAReport, step_times: list) -> dict:
+    """Everything the tab shows for one run: the verdict, the epochs,
+    the step-time series (`[[global step, ms], ...]`) with a marker per
+    compilation, the recompilations, the findings and the XLA figures."""
+    data = report.to_dict()
+    return json_safe(
+        {
+            "run": run,
+            "verdict": data["verdict"],
+            "epochs": data["epochs"],
+            "train_steps": sum(e.steps for e in report.epochs),
+            "series": [[int(s), float(v)] for s, v in step_times],
+            "markers": markers(report),
+            "recompilations": [
+                {**r, "code": FINDING_CODES.get(r["cause"], r["cause"])}
+                for r in data["recompilations"]
+            ],
+            "findings": data["findings"],
+            "xla": xla_figures(report),
+            "environment": data["environment"],
+            "skipped": list(report.skipped),
+        }
+    )
+
+
+def comparison_view(runs: list[tuple[str, XLAReport]]) -> dict:
+    """Two runs side by side (`keras_xla.core.compare.compare`): each
+    row's values, B / A and the better run, the conclusion, and each
+    run's XLA mode and verdict headline."""
+    (a, first), (b, second) = runs
+    reports = first, second
+    result = compare.compare(*reports, labels=(a, b))
+    result["rows"] = [
+        {"key": key, **result["rows"][key]} for key, *_ in compare.COMPARED
+    ]
+    result["xla"] = [
+        None if r.jit is None else bool(r.jit.enabled) for r in reports
+    ]
+    result["headlines"] = [
+        r.verdict.headline if r.verdict else "" for r in reports
+    ]
+    return json_safe(result)

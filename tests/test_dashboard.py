@@ -1,0 +1,311 @@
+"""The "XLA" tab: its routes over a log dir real fits wrote (TensorBoard's
+WSGI app and data provider, a werkzeug test client), and the page a real
+TensorBoard serves, rendered in headless Chromium."""
+
+import html
+import os
+import re
+import shutil
+import subprocess
+import warnings
+
+import pytest
+import tensorflow as tf
+from conftest import conv_model, regression_data
+from tensorboard.backend import application
+from tensorboard.backend.event_processing import data_provider
+from tensorboard.backend.event_processing import (
+    plugin_event_multiplexer as multiplexer_lib,
+)
+from tensorboard.plugins import base_plugin
+from test_tensorboard_server import HOST, Server
+from werkzeug import test as werkzeug_test
+
+from keras_xla import XLATuner
+from keras_xla.core import compare
+from keras_xla.core.signatures import FINDING_CODES
+from keras_xla.dashboard import metadata, plugin, views
+
+ROUTE = "/data/plugin/xla"
+XLA_RUN, NO_XLA_RUN = "xla/train", "no-xla/train"
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory):
+    """Two fits in one log dir: XLA with a partial last batch and a
+    validation set (`xla/`), and without XLA (`no-xla/`)."""
+    root = tmp_path_factory.mktemp("dashboard")
+    x, y = regression_data(40)  # Batches of 16, 16 and a partial 8.
+    vx, vy = regression_data(12, seed=1)
+    reports = {}
+    for name, jit in (("xla", True), ("no-xla", False)):
+        tuner = XLATuner(log_dir=str(root / name), jit_compile=jit, verbose=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # The tuner warns per finding.
+            conv_model().fit(
+                x,
+                y,
+                batch_size=16,
+                epochs=2,
+                verbose=0,
+                validation_data=(vx, vy),
+                callbacks=[tuner],
+            )
+        reports[f"{name}/train"] = tuner.report
+    return str(root), reports
+
+
+def client(log_dir):
+    multiplexer = multiplexer_lib.EventMultiplexer()
+    multiplexer.AddRunsFromDirectory(log_dir)
+    multiplexer.Reload()
+    provider = data_provider.MultiplexerDataProvider(multiplexer, log_dir)
+    context = base_plugin.TBContext(
+        logdir=log_dir, data_provider=provider, multiplexer=multiplexer
+    )
+    app = application.TensorBoardWSGI(
+        [plugin.XLAPlugin(context)], data_provider=provider
+    )
+    return werkzeug_test.Client(app)
+
+
+def get_json(c, path, **query):
+    response = c.get(ROUTE + path, query_string=query)
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert response.mimetype == "application/json"
+    return response.get_json()
+
+
+def test_runs_lists_each_run_with_its_verdict(logs):
+    log_dir, reports = logs
+    body = get_json(client(log_dir), "/runs")
+    assert body["empty"] is None
+    assert [r["run"] for r in body["runs"]] == [NO_XLA_RUN, XLA_RUN]
+    by = {r["run"]: r for r in body["runs"]}
+    for run, report in reports.items():
+        assert by[run]["headline"] == report.verdict.headline
+        assert by[run]["compilations"] == report.total_compilations
+        assert by[run]["recompilations"] == len(report.recompilations)
+        assert by[run]["epochs"] == 2
+    assert by[XLA_RUN]["xla_enabled"] is True
+    assert by[NO_XLA_RUN]["xla_enabled"] is False
+    # train 16, partial 8, validation 12: three compilations, one
+    # recompilation; none without XLA.
+    assert (by[XLA_RUN]["compilations"], by[XLA_RUN]["recompilations"]) == (
+        3,
+        1,
+    )
+    assert by[NO_XLA_RUN]["compilations"] == 0
+
+
+def test_report_serves_verdict_recompilations_and_markers(logs):
+    log_dir, reports = logs
+    report = reports[XLA_RUN]
+    view = get_json(client(log_dir), "/report", run=XLA_RUN)
+    assert view["verdict"]["headline"] == report.verdict.headline
+    assert view["verdict"]["xla_enabled"] is True
+    assert view["verdict"]["compile_seconds"] == pytest.approx(
+        report.verdict.compile_seconds
+    )
+    (rec,) = view["recompilations"]
+    (expected,) = report.recompilations
+    assert (rec["input"], rec["dim"], rec["cause"], rec["code"]) == (
+        "x",
+        0,
+        "partial_batch",
+        "partial-last-batch",
+    )
+    assert (rec["before"], rec["after"]) == ([16, 16, 4], [8, 16, 4])
+    assert rec["step"] == expected.step == 2
+    assert [f["code"] for f in view["findings"]] == report.finding_codes()
+    # One step-time point per train call, at the global train step.
+    assert [s for s, _ in view["series"]] == list(range(6))
+    # The compile steps are the slow ones.
+    times = dict(view["series"])
+    assert min(times[0], times[2]) > max(times[1], times[4])
+    # One marker per compilation, where it happened, with its cause.
+    marks = [
+        (m["function"], m["global_step"], m["label"], m["validation"])
+        for m in view["markers"]
+    ]
+    assert marks == [
+        ("train", 0, "first compile", False),
+        ("train", 2, "partial-last-batch", False),
+        ("test", 2.5, "first compile", True),
+    ]
+    partial = view["markers"][1]
+    assert (partial["input"], partial["dim"]) == ("x", 0)
+    assert partial["before"] == [16, 16, 4] and partial["after"] == [8, 16, 4]
+    assert partial["seconds"] == pytest.approx(expected.compile_seconds)
+    assert partial["shapes"] == {"x": [8, 16, 4], "y": [8, 1]}
+    xla = view["xla"]
+    assert (xla["mode"], xla["enabled"]) == ("jit_compile", True)
+    assert xla["hlo"]["fusions"] == report.hlo["fusions"] > 0
+    assert xla["cache"] is None and xla["decision"] is None
+
+
+def test_compare_is_the_cli_comparison(logs):
+    log_dir, reports = logs
+    body = get_json(client(log_dir), "/compare", a=XLA_RUN, b=NO_XLA_RUN)
+    expected = compare.compare(
+        reports[XLA_RUN], reports[NO_XLA_RUN], labels=(XLA_RUN, NO_XLA_RUN)
+    )
+    assert body["labels"] == [XLA_RUN, NO_XLA_RUN]
+    assert [r["key"] for r in body["rows"]] == [k for k, *_ in compare.COMPARED]
+    for served in body["rows"]:
+        row = expected["rows"][served["key"]]
+        assert served["values"] == pytest.approx(row["values"])
+        assert served["better"] == row["better"]
+    assert body["conclusion"] == expected["conclusion"]
+    assert body["xla"] == [True, False]
+    rows = {r["key"]: r for r in body["rows"]}
+    assert rows["compilations"]["values"] == [3, 0]
+    assert rows["compilations"]["better"] == NO_XLA_RUN
+
+
+def test_unknown_runs_and_missing_arguments_are_refused(logs):
+    c = client(logs[0])
+    assert c.get(ROUTE + "/report").status_code == 400
+    response = c.get(ROUTE + "/report", query_string={"run": "nope"})
+    assert response.status_code == 404
+    response = c.get(ROUTE + "/compare", query_string={"a": XLA_RUN})
+    assert response.status_code == 400
+
+
+def test_static_files_are_served_and_traversal_refused(logs):
+    c = client(logs[0])
+    index = c.get(ROUTE + "/index.js")
+    assert index.status_code == 200 and index.mimetype == "text/javascript"
+    assert b"export async function render()" in index.get_data()
+    css = c.get(ROUTE + "/static/style.css")
+    assert css.status_code == 200 and css.mimetype == "text/css"
+    for path in (
+        "/static/../plugin.py",
+        "/static/..%2fplugin.py",
+        "/static/%2e%2e/%2e%2e/setup.cfg",
+        "/static/",
+        "/static/.hidden.js",
+        "/static/index.js/../../views.py",
+    ):
+        response = c.get(ROUTE + path)
+        assert response.status_code == 404, path
+        assert b"def " not in response.get_data(), path
+
+
+def test_static_path_guard(tmp_path, monkeypatch):
+    outside = tmp_path / "secret.js"
+    outside.write_text("secret")
+    static = tmp_path / "static"
+    static.mkdir()
+    (static / "page.js").write_text("ok")
+    (static / "notes.txt").write_text("not served")
+    os.symlink(outside, static / "link.js")
+    monkeypatch.setattr(plugin, "STATIC_DIR", str(static))
+    assert plugin.static_path("page.js") == str(static / "page.js")
+    for name in ("link.js", "../secret.js", "notes.txt", "", "/etc/passwd"):
+        assert plugin.static_path(name) is None, name
+
+
+def test_a_log_dir_without_tuner_data_says_how_to_add_it(tmp_path):
+    writer = tf.summary.create_file_writer(str(tmp_path / "train"))
+    with writer.as_default():
+        tf.summary.scalar("epoch_loss", 0.5, step=0)
+    writer.close()
+    c = client(str(tmp_path))
+    body = get_json(c, "/runs")
+    assert body["runs"] == []
+    assert body["empty"] == views.ADD_THE_TUNER
+    assert "XLATuner(log_dir=LOG_DIR)" in body["empty"]["code"]
+    listing = c.get("/data/plugins_listing").get_json()
+    assert listing["xla"]["tab_name"] == "XLA"
+    assert listing["xla"]["enabled"] is False
+
+
+def test_a_damaged_report_tensor_is_skipped(tmp_path):
+    writer = tf.summary.create_file_writer(str(tmp_path / "train"))
+    with writer.as_default():
+        tf.summary.write(
+            metadata.REPORT_TAG,
+            tf.constant('{"schema": "other"}'),
+            step=0,
+            metadata=metadata.summary_metadata(),
+        )
+    writer.close()
+    body = get_json(client(str(tmp_path)), "/runs")
+    assert body["runs"] == [] and body["empty"] is not None
+
+
+# The browser: the XLA tab's own document (the one TensorBoard's frontend
+# loads in the tab's frame) from a real TensorBoard server.
+
+
+def chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def dump_dom(url: str) -> str:
+    result = subprocess.run(
+        [
+            chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--virtual-time-budget=15000",
+            "--window-size=1400,1800",
+            "--dump-dom",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return html.unescape(result.stdout)
+
+
+@pytest.mark.skipif(
+    chromium() is None,
+    reason="no chromium binary (Debian: apt-get install chromium)",
+)
+def test_the_xla_tab_renders_in_a_browser(logs, tmp_path):
+    log_dir, reports = logs
+    report = reports[XLA_RUN]
+    server = Server(log_dir, str(tmp_path / "tensorboard.log"))
+    try:
+        listing = server.poll(
+            "/data/plugins_listing",
+            lambda body: body.get("xla", {}).get("enabled"),
+        )
+        assert listing["xla"]["tab_name"] == "XLA"
+        server.poll(
+            ROUTE + "/runs", lambda body: len(body.get("runs", [])) == 2
+        )
+        base = f"http://{HOST}:{server.port}/data/plugin_entry.html?name=xla"
+        dom = dump_dom(f"{base}&run={XLA_RUN}&compare={NO_XLA_RUN}")
+    finally:
+        server.stop()
+    assert 'data-ready="true"' in dom, dom[-3000:]
+    # The verdict's words.
+    assert 'id="verdict"' in dom
+    assert report.verdict.headline in dom
+    assert "Unknown: no baseline" in dom
+    # One row per recompilation, one marker per compilation.
+    assert dom.count('<tr class="recompilation">') == 1
+    code = FINDING_CODES[report.recompilations[0].cause]
+    assert f'<code class="code">{code}</code>' in dom
+    markers = re.findall(r'<g class="marker (\w+)"', dom)
+    assert markers == ["first", "recompile", "validation"]
+    assert len(markers) == len(report.compile_log)
+    assert ">partial-last-batch</text>" in dom
+    assert ">validation: first compile</text>" in dom
+    # The first recompilation's details, shown below the chart.
+    assert "[16, 16, 4] -> [8, 16, 4]" in dom
+    # The two runs side by side: a row per compared figure.
+    assert dom.count('<tr class="compare-row">') == len(compare.COMPARED)
+    assert f"{XLA_RUN} vs {NO_XLA_RUN}" in dom
+    # The run list, one row per run.
+    assert dom.count('<tr class="run-row') == 2
