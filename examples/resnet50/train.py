@@ -15,7 +15,9 @@ without XLA, random crops with XLA, and the fixed slice with XLA. It
 prints a line per step while it trains (a step that compiles shows as a
 long one) and ends with a table (images per second steady and with
 compiling included, compile seconds, recompilations, the step's fusion
-ratio, the tuner's verdict for each run) and a one-line conclusion.
+ratio, the tuner's verdict for each run), each XLA run's verdict
+against the script's own no-XLA run, a one-line conclusion, the answer
+on this machine and where to look in TensorBoard's XLA tab.
 
 Run: python examples/resnet50/train.py [--crop random|fixed] [--jit on|off]
 """
@@ -23,6 +25,7 @@ Run: python examples/resnet50/train.py [--crop random|fixed] [--jit on|off]
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -34,7 +37,9 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import keras_xla  # noqa: E402
+from keras_xla.core import verdict as verdicts  # noqa: E402
 from keras_xla.core.render import format_table  # noqa: E402
+from keras_xla.core.report import BaselineSection  # noqa: E402
 from keras_xla.data import fixed_slice  # noqa: E402
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
@@ -295,6 +300,102 @@ def conclusion(rows: list[dict]) -> str:
     return text + "."
 
 
+def measured_verdict(row: dict, base: dict | None):
+    """The tuner's verdict of an XLA run (`row`), with the speedup this
+    script measured: its own no-XLA run (`base`) as the baseline, steady
+    median step against steady median step. The tuner's verdict when
+    there is no such run, or XLA is off."""
+    verdict = row["verdict"]
+    if verdict is None or not verdict.xla_enabled or base is None:
+        return verdict
+    base_ms, xla_ms = base["median_step_ms"], row["median_step_ms"]
+    if not base_ms or not xla_ms:
+        return verdict
+    measured = dataclasses.replace(
+        row["report"],
+        baseline=BaselineSection(
+            steps=sum(e.steps for e in base["report"].epochs),
+            no_xla_step_ms=base_ms,
+            xla_step_ms=xla_ms,
+        ),
+        decision=None,
+    )
+    return verdicts.build(measured)
+
+
+def verdict_lines(rows: list[dict]) -> list[str]:
+    """A verdict line per run: the XLA runs' against this script's
+    no-XLA run (`measured_verdict`), where it ran."""
+    base = next((r for r in rows if not r["jit"]), None)
+    lines = []
+    for r in rows:
+        verdict = measured_verdict(r, base)
+        if verdict is None:
+            continue
+        line = f"  {r['label']}: {verdict.headline}"
+        if verdict is not r["verdict"]:
+            line += f" (baseline: this script's {base['label']} run)"
+        lines.append(line)
+    return lines
+
+
+def answer(rows: list[dict]) -> str:
+    """The measured answer in one sentence: what the fixed slice removed,
+    how XLA's step compares with the no-XLA step here, and so how to
+    train this model on this machine."""
+    by = {(r["crop"], bool(r["jit"])): r for r in rows}
+    base, drift, fixed = (by.get(k) for k in RUNS)
+    parts = []
+    if drift and fixed:
+        removed = drift["compilations"] - fixed["compilations"]
+        saved = drift["compile_seconds"] - fixed["compile_seconds"]
+        parts.append(
+            f"the fixed slice removed {removed} of "
+            f"{drift['compilations']} compilations ({saved:.0f} s)"
+        )
+    xla = fixed or drift
+    verdict = measured_verdict(xla, base) if xla else None
+    if verdict is not None and verdict.speedup is not None:
+        how = "the fixed slice" if xla is fixed else "these crops"
+        step = f"XLA's step is {verdict.speedup:.2f}x the no-XLA step here"
+        if verdict.speedup <= 1:
+            parts.append(f"{step}, so train this model without XLA")
+        elif verdict.paid_back:
+            parts.append(f"{step}, so train this model with XLA and {how}")
+        else:
+            parts.append(
+                f"{step}, but compiling pays back only after "
+                f"{verdict.break_even_steps:,} steps: train with XLA and "
+                f"{how} for runs longer than that, without it for shorter"
+            )
+    if not parts:
+        return "On this machine: " + conclusion(rows)
+    devices = xla["report"].environment.get("devices") or [] if xla else []
+    gpu = any("GPU" in str(d) for d in devices)
+    where = "on another GPU" if gpu else "on a GPU"
+    return (
+        f"On this machine: {'; '.join(parts)}; {where} run the same comparison."
+    )
+
+
+def tensorboard_lines(rows: list[dict], log_dir: str) -> list[str]:
+    """Where to look in TensorBoard: the XLA tab, and its run names."""
+    runs = [f"{r['label']}/train" for r in rows]
+    drift = next((r for r in rows if r["crop"] == "random" and r["jit"]), None)
+    lines = [
+        f"TensorBoard: tensorboard --logdir {log_dir}, then the XLA tab:",
+        f"  each run's verdict ({', '.join(runs)});",
+    ]
+    if drift is not None:
+        lines.append(
+            f"  run {drift['label']}/train: its {drift['compilations']} "
+            "compilations marked on the step times, each with its cause;"
+        )
+    if len(rows) > 1:
+        lines.append("  'Compare with': two runs side by side.")
+    return lines
+
+
 def ratio(a: dict, b: dict, key: str = "images_per_second_overall") -> str:
     if not a[key] or not b[key]:
         return "-"
@@ -371,14 +472,13 @@ def main(argv=None) -> list[dict]:
         print(f"\n== {crop} crops, XLA {xla}, {args.precision} ==", flush=True)
         rows.append(run_config(crop, jit, args))
     print("\n" + render(rows))
-    for r in rows:
-        if r["verdict"] is not None:
-            print(f"  {r['label']}: {r['verdict'].headline}")
+    print("\n".join(verdict_lines(rows)))
     print("\n" + conclusion(rows))
     for r in rows:
         for rec in r["report"].recompilations[:3]:
             print(f"  {r['label']}: {rec.message}")
-    print(f"\nTensorBoard: tensorboard --logdir {args.log_dir}")
+    print("\n" + answer(rows))
+    print("\n" + "\n".join(tensorboard_lines(rows, args.log_dir)))
     return rows
 
 
