@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from keras_xla.core import trial_budget
 from keras_xla.core.report import BaselineSection
 from keras_xla.core.trial import Candidate, Trial
 from keras_xla.core.trial_budget import MIN_WINDOW_CALLS
@@ -33,6 +34,13 @@ BASELINE_SHORT_SHARE = 0.3
 BASELINE_MIN_STEPS = 12
 
 
+# Why a fit on data of unknown length has no baseline yet: it runs in
+# the second epoch, whose length the first told.
+DEFERRED_REASON = (
+    "the first epoch's length is unknown; the baseline runs in the second"
+)
+
+
 def baseline_steps(epoch_steps: int) -> int:
     """The baseline's steps, XLA's and no XLA's, for a first epoch of
     `epoch_steps` (see `BASELINE_SHARE`)."""
@@ -53,6 +61,12 @@ def plan_baseline(
     if not request.baseline:
         off = "the baseline window is off (XLATuner(baseline=False))"
         return Settlement(None, baseline=BaselineSection(reason=off))
+    if not steps and (request.epochs or 1) > 1:
+        # The second epoch's length is the first's: the owner starts the
+        # baseline there (`plan_baseline` again, with that length).
+        return Settlement(
+            None, baseline=BaselineSection(reason=DEFERRED_REASON)
+        )
     if not steps:
         # Measured: Keras's end-of-data call of a non-XLA train function
         # advances optimizer.iterations (12 for 10 batches over two
@@ -66,6 +80,12 @@ def plan_baseline(
             ),
         )
     budget = baseline_steps(steps)
+    # A first epoch too short for the fewest windows: they span epochs
+    # (as the trial does) where the run holds them.
+    run = steps * (request.epochs or 1)
+    spans = budget < BASELINE_MIN_STEPS <= run
+    if spans:
+        budget = BASELINE_MIN_STEPS
     for rounds in BASELINE_ROUNDS:
         calls = budget // spe // (2 * rounds)
         if calls >= MIN_WINDOW_CALLS:
@@ -91,6 +111,13 @@ def plan_baseline(
         drop=False,
     )
     runner = TrialRunner(trial, original, True, keep=keep)
+    runner.spans = spans
+    # More rounds while the speedup's range is not useful: within the
+    # tuner's trial_budget, and within the first epoch.
+    limit = trial_budget.budget_steps(request.budget, steps) or 0
+    if not spans:
+        limit = min(limit, steps - spe)
+    runner.extend_to = max(limit, 0) // spe
     runner.switch(model, keep)
     logging.getLogger("tensorflow").addFilter(RETRACE_FILTER)
     return runner

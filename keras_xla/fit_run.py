@@ -359,6 +359,22 @@ class FitRun:
 
     # Epochs and validation runs.
 
+    def _start_deferred_baseline(self, epoch: int) -> None:
+        """Data of unknown length: the baseline window runs in the second
+        epoch, as long as the first (Keras counted it, and ends it
+        without an end-of-data call)."""
+        baseline, epochs = self.report.baseline, self.report.epochs
+        deferred = baseline_window.DEFERRED_REASON
+        if epoch != 1 or baseline is None or baseline.reason != deferred:
+            return
+        if not (self.jit_on and epochs and epochs[0].steps):
+            return
+        self.params = dict(self.params, steps=epochs[0].steps)
+        self._start_trial(None, int(self.model.steps_per_execution or 1))
+        if self.trial is not None and self.functions is not None:
+            self.trial.trial.epoch = epoch
+            self._prepare_functions()
+
     def _drain(self, when: str) -> None:
         """Steps run outside the fit's own calls: set aside, reported."""
         found = self.log.drain(when, self.counting)
@@ -367,6 +383,7 @@ class FitRun:
     def epoch_begin(self, epoch: int) -> None:
         if self.active:
             self._drain(f"before epoch {epoch}")
+            self._start_deferred_baseline(epoch)
         self.accountant.start_epoch(epoch)
         self._epoch_open = True
         status = self.settings.cache_status

@@ -219,6 +219,9 @@ class TrialRunner:
         self._recalled: dict | None = None
         # A baseline trial measures, and then keeps the user's setting.
         self.keep = keep
+        # A baseline's windows may go on, a round at a time, up to this
+        # many calls while the speedup's range is not useful (0: never).
+        self.extend_to = 0
         self.active: Candidate | None = None
         self._states: dict[Candidate, ModelState] = {}
 
@@ -256,8 +259,27 @@ class TrialRunner:
             if self._recall(records()):
                 return DONE
         if self.at_boundary() and self.close_window(records()):
-            return DONE
+            if not self._widen():
+                return DONE
         return SWITCHED if self.advance(model) else ""
+
+    def _widen(self) -> bool:
+        """A baseline whose speedup range is not useful yet
+        (`trial.range_useful`) gets one more round of windows where
+        `extend_to` allows; returns True if it did."""
+        trial = self.trial
+        if self.keep is None or not self.extend_to:
+            return False
+        no_xla = Candidate(False, self.keep.policy)
+        found = trial.speedup_range(no_xla, self.keep)
+        if found is not None and trial_lib.range_useful(*found):
+            return False
+        if trial.position + len(trial.candidates) * trial.window_calls > (
+            self.extend_to
+        ):
+            return False
+        trial.extend()
+        return True
 
     def _recall(self, records: list) -> bool:
         """With the first step's signature: whether an earlier run's
@@ -359,7 +381,12 @@ class TrialRunner:
         wall, run = trial.wall_by[no_xla], trial.steps_by[no_xla]
         # What the no-XLA windows cost beyond training them with XLA.
         cost = wall - run * xla_ms / 1000 if xla_ms is not None else wall
+        found = trial.speedup_range(no_xla, self.keep)
         section = BaselineSection(
+            speedup_low=round(found[0], 3) if found else None,
+            speedup_high=round(found[1], 3) if found else None,
+            rounds=trial.rounds,
+            span=[list(s) for s in trial.span],
             steps=trial.timed_steps(no_xla),
             no_xla_step_ms=medians[no_xla],
             xla_step_ms=xla_ms,

@@ -40,8 +40,11 @@ def test_compile_dominated_run_did_not_pay_off():
     assert v.headline == (
         "XLA made each step 2.00x faster (2.00 -> 1.00 ms) but compiling "
         "cost 1.5 s; it pays back after 1,500 steps and this run had 15, so "
-        "it did not pay off yet."
+        "it did not pay off yet. Even if XLA's step took no time, this "
+        "run's 15 steps at 2.00 ms each without XLA could save at most "
+        "0.03 s, less than the 1.5 s of compiling."
     )
+    assert v.saving_bound_seconds == 0.03
     assert v.next_steps[0]["code"] == "compile-not-paid-back"
     assert v.next_steps[0]["seconds"] == pytest.approx(1.5 - 15 * 0.001)
 
@@ -87,6 +90,46 @@ def test_without_a_baseline_the_headline_says_why():
     assert render.summary(report).startswith("Verdict: XLA is on")
 
 
+def test_the_speedup_has_a_range_and_noise_is_said():
+    report = report_with(2.0, 1.6, 100_000, 0.5)
+    report.baseline.speedup_low, report.baseline.speedup_high = 1.1, 1.4
+    v = verdict.build(report)
+    assert (v.speedup, v.speedup_low, v.speedup_high) == (1.25, 1.1, 1.4)
+    assert v.headline.startswith(
+        "XLA made each step 1.25x, 1.10-1.40 faster (2.00 -> 1.60 ms)"
+    )
+    report.baseline.speedup_low = 0.9
+    noisy = verdict.build(report)
+    assert noisy.headline.startswith(
+        "XLA's effect is within the noise of this run (1.25x, 0.90-1.40,"
+    )
+    # Old reports (no range) read as before.
+    report.baseline.speedup_low = report.baseline.speedup_high = None
+    assert "-" not in verdict.build(report).headline.split("x")[0]
+
+
+def test_without_medians_the_windows_bound_the_no_xla_step():
+    # No timed median, but the windows' wall time bounds the no-XLA step
+    # (their first calls included): 0.06 s over 12 steps, 5 ms a step;
+    # 15 steps could save at most 0.075 s against 0.9 s of compiling.
+    report = report_with(None, None, 15, 0.9)
+    report.baseline = BaselineSection(
+        run_steps=12, window_seconds=0.06, reason="too few timed steps"
+    )
+    v = verdict.build(report)
+    assert (v.speedup, v.paid_back, v.saving_bound_seconds) == (
+        None,
+        False,
+        0.075,
+    )
+    assert v.headline == (
+        "XLA is on and compiling cost 0.9 s: it did not pay off. Even if "
+        "XLA's step took no time, this run's 15 steps at most 5.00 ms each "
+        "without XLA could save at most 0.07 s, less than the 0.9 s of "
+        "compiling."
+    )
+
+
 def fit(model, *args, tuner, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -96,7 +139,7 @@ def fit(model, *args, tuner, **kwargs):
 def test_a_real_fit_measures_its_baseline_on_real_steps():
     x, y = regression_data(16 * 15)  # 15 steps: compiling dominates
     model = conv_model()
-    tuner = XLATuner(verbose=0, analyze_hlo=False)
+    tuner = XLATuner(verbose=0, analyze_hlo=False, keep=True)
     fit(model, x, y, batch_size=16, epochs=1, tuner=tuner)
     report = tuner.report
     baseline, v = report.baseline, report.verdict
@@ -122,6 +165,8 @@ def test_a_real_fit_measures_its_baseline_on_real_steps():
     out = render.full_report(report, "r").splitlines()
     assert out[1] == f"Verdict: {v.headline}"
     line = f"Baseline: {baseline.run_steps} steps without XLA"
+    # Where the verdict's medians come from, against the epoch table's.
+    assert "interleaved windows, epoch 0 steps 0-11;" in render.summary(report)
     assert any(x.startswith(line) for x in out)
     assert line in render.summary(report)
 
@@ -213,3 +258,41 @@ def test_baseline_steps_are_bounded():
         48,
     ]
     assert baseline_steps(1000) == 50 and baseline_steps(10_000) == 120
+
+
+def test_a_fifteen_step_run_did_not_pay_off_with_the_bound():
+    # 5 steps an epoch, 3 epochs: the baseline's windows span epochs.
+    x, y = regression_data(16 * 5)
+    model = conv_model()
+    tuner = XLATuner(verbose=0, analyze_hlo=False)
+    fit(model, x, y, batch_size=16, epochs=3, tuner=tuner)
+    report = tuner.report
+    baseline, v = report.baseline, report.verdict
+    assert int(model.optimizer.iterations.numpy()) == 15
+    assert baseline.run_steps == 6 and baseline.span[-1][0] > 0
+    assert v.paid_back is False and v.speedup is not None
+    assert v.saving_bound_seconds == pytest.approx(
+        baseline.no_xla_step_ms / 1000 * 15, abs=1e-3
+    )
+    if v.compile_seconds > v.saving_bound_seconds:
+        assert "Even if XLA's step took no time" in v.headline
+    assert "unknown" not in v.headline
+
+
+def test_data_of_unknown_length_gets_a_measured_verdict():
+    import tensorflow as tf
+
+    x, y = regression_data(16 * 40)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+    data = data.filter(lambda a, b: True)  # cardinality unknown
+    assert int(data.cardinality()) == tf.data.UNKNOWN_CARDINALITY
+    model = conv_model()
+    tuner = XLATuner(verbose=0, analyze_hlo=False)
+    fit(model, data, epochs=2, tuner=tuner)
+    report = tuner.report
+    baseline, v = report.baseline, report.verdict
+    assert int(model.optimizer.iterations.numpy()) == 80  # all real steps
+    assert baseline.reason == "" and baseline.span[0][0] == 1
+    assert baseline.no_xla_step_ms > 0 and v.speedup is not None
+    assert v.paid_back is not None and "unknown" not in v.headline
+    assert report.total_compilations == 1

@@ -223,10 +223,31 @@ def baseline_line(baseline) -> list[str]:
     )
     return [
         f"Baseline: {b.run_steps} steps without XLA ({b.steps} timed), "
-        f"{b.no_xla_step_ms:.2f} ms against XLA's {b.xla_step_ms:.2f} ms; "
-        f"they cost {b.cost_seconds:.2f} s beyond training them with XLA"
-        f"{trace}. `XLATuner(baseline=False)` skips it."
+        f"{b.no_xla_step_ms:.2f} ms against XLA's {b.xla_step_ms:.2f} ms"
+        f"{_windows_where(b)}; they cost {b.cost_seconds:.2f} s beyond "
+        f"training them with XLA{trace}. `XLATuner(baseline=False)` skips "
+        "it."
     ]
+
+
+def _windows_where(b) -> str:
+    """Where the baseline's medians come from, so that a reader sees why
+    XLA's differs from the epoch table's median (all of an epoch's
+    steady steps, later ones too)."""
+    span = b.get("span") or []
+    if len(span) != 2 or not all(len(s) == 2 for s in span):
+        return " (medians of its interleaved windows)"
+    (e0, s0), (e1, s1) = span
+    where = (
+        f"epoch {e0} steps {s0}-{s1}"
+        if e0 == e1
+        else f"epoch {e0} step {s0} to epoch {e1} step {s1}"
+    )
+    rounds = f"{b.rounds} rounds of " if b.get("rounds") else ""
+    return (
+        f" (medians of {rounds}interleaved windows, {where}; the epoch "
+        "table's median is over all of an epoch's steady steps)"
+    )
 
 
 def top_findings(findings: Sequence[Finding], limit: int) -> list[Finding]:
@@ -258,12 +279,17 @@ def verdict_markdown(verdict: Verdict, baseline=None) -> str:
     the baseline's cost), and the next steps ranked by seconds."""
     v = verdict
     lines = [f"**{_md(v.headline)}**", ""]
+    speedup = number(v.speedup)
+    low, high = v.get("speedup_low"), v.get("speedup_high")
+    if v.speedup is not None and low is not None and high is not None:
+        speedup += f" ({number(low)}-{number(high)})"
     lines += [
-        "| no-XLA step ms | XLA step ms | speedup | compile s | "
+        "| no-XLA step ms (baseline windows) | XLA step ms (baseline "
+        "windows) | speedup (range) | compile s | "
         "break-even steps | train steps | paid back |",
         "| --- | --- | --- | --- | --- | --- | --- |",
         f"| {number(v.baseline_step_ms)} | {number(v.xla_step_ms)} | "
-        f"{number(v.speedup)} | {number(v.compile_seconds)} | "
+        f"{speedup} | {number(v.compile_seconds)} | "
         f"{v.break_even_steps if v.break_even_steps is not None else '-'} | "
         f"{v.train_steps} | "
         f"{'-' if v.paid_back is None else ('yes' if v.paid_back else 'no')} |",

@@ -224,6 +224,13 @@ class BaselineSection(Section):
     run_steps: int = 0
     window_seconds: float = 0.0
     trace_seconds: float | None = None
+    # The speedup's range from the windows' spread (`core.trial.
+    # speedup_range`), the rounds of windows, and the `[epoch, step]` of
+    # the first and last step the windows ran.
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    rounds: int = 0
+    span: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -240,3 +247,9 @@ class Verdict(Section):
     headline: str
     next_steps: list = dataclasses.field(default_factory=list)
     train_steps: int = 0
+    # The speedup's range from the baseline windows' spread.
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    # The most the run's steps could have saved even if XLA's step took
+    # no time (no-XLA step, or a bound on it, times the steps).
+    saving_bound_seconds: float | None = None

@@ -25,6 +25,7 @@ candidate's configuration is `keras_xla.trial_runner`'s.
 from __future__ import annotations
 
 import dataclasses
+import random
 import statistics
 from typing import Any
 
@@ -103,6 +104,15 @@ class Trial:
         self.dropped: dict[Candidate, int] = {}
         self.dropped_because: dict[Candidate, str] = {}
         self._drop = drop
+        # Each window's timed steps (seconds), in order: the spread the
+        # speedup's range comes from.
+        self.windows: list[tuple[Candidate, list[float]]] = []
+        # The train steps the windows ran: (epoch, first step) of the
+        # first and of the last.
+        self.span: list[tuple[int, int]] = []
+        # The fit's epoch the trial's records are in now.
+        self.epoch = 0
+        self._rounds = rounds
 
     @property
     def done(self) -> bool:
@@ -133,10 +143,17 @@ class Trial:
         self.wall_by[candidate] += sum(r.seconds for r in fresh)
         self.steps_by[candidate] += sum(r.steps for r in fresh)
         self._first.setdefault(candidate, fresh[0])
+        timed = []
         for record in fresh[1:]:
             if not record.compiled and record.trace_seconds == 0.0:
                 per_step = [record.seconds_per_step] * record.steps
                 self._seconds[candidate].extend(per_step)
+                timed.extend(per_step)
+        self.windows.append((candidate, timed))
+        last = fresh[-1].first_step + fresh[-1].steps - 1
+        self.span[1:] = [(self.epoch, last)]
+        if len(self.span) == 1:
+            self.span.insert(0, (self.epoch, fresh[0].first_step))
         self._drop_slower()
         self._order_compiles()
 
@@ -227,6 +244,26 @@ class Trial:
     def new_epoch(self) -> None:
         """The epoch's records were handed over: count from zero."""
         self._consumed = 0
+        self.epoch += 1
+
+    def extend(self) -> None:
+        """One more round of windows, in the first round's order (the
+        windows are too few for a useful range)."""
+        n = len(self.candidates)
+        first = self.plan[: n * self.window_calls]
+        self.plan += first
+        self._rounds += 1
+
+    @property
+    def rounds(self) -> int:
+        return self._rounds
+
+    def speedup_range(self, slow: Candidate, fast: Candidate):
+        """`speedup_range` of `slow`'s windows over `fast`'s."""
+        return speedup_range(
+            [t for c, t in self.windows if c == slow and t],
+            [t for c, t in self.windows if c == fast and t],
+        )
 
     def medians_ms(self) -> dict[Candidate, float | None]:
         """Each candidate's median timed step (ms; None under two)."""
@@ -331,3 +368,59 @@ def candidate_row(c, measured=0, median_ms=None, compile_seconds=None):
     return CandidateResult(
         c.name, c.jit, c.policy, measured, median_ms, compile_seconds
     )
+
+
+# The speedup's range: the central share of bootstrap resamples kept,
+# and how many (seeded: the same windows give the same range).
+RANGE_SHARE = 0.9
+RESAMPLES = 400
+
+
+def speedup_range(
+    slow: list[list[float]], fast: list[list[float]]
+) -> tuple[float, float] | None:
+    """The range of `median(slow) / median(fast)` that the windows' own
+    spread allows: from the smallest to the largest of (a) the ratio of
+    each round's window medians (drift of the machine from round to
+    round) and (b) the central `RANGE_SHARE` of the ratios of medians of
+    the timed steps resampled with replacement, each side within its
+    windows (the spread of steps in a window). None with fewer than
+    two timed steps a side.
+
+    Args:
+        slow: Per window of the slower-expected side (no XLA), its timed
+            steps' seconds.
+        fast: The same for the other side (XLA).
+    """
+    pooled_slow = [t for w in slow for t in w]
+    pooled_fast = [t for w in fast for t in w]
+    if len(pooled_slow) < 2 or len(pooled_fast) < 2:
+        return None
+    rounds = [
+        statistics.median(a) / statistics.median(b)
+        for a, b in zip(slow, fast)
+        if a and b and statistics.median(b) > 0
+    ]
+    rng = random.Random(0)
+
+    def resample(windows):
+        return statistics.median(
+            [t for w in windows for t in rng.choices(w, k=len(w))]
+        )
+
+    ratios = sorted(resample(slow) / resample(fast) for _ in range(RESAMPLES))
+    cut = int(RESAMPLES * (1 - RANGE_SHARE) / 2)
+    central = ratios[cut : RESAMPLES - cut]
+    return min([central[0], *rounds]), max([central[-1], *rounds])
+
+
+# A range narrower than this share of its speedup is useful as it is.
+USEFUL_WIDTH = 0.2
+
+
+def range_useful(low: float, high: float) -> bool:
+    """Whether a speedup's range tells the reader enough: it says which
+    side of 1.0 XLA is on, or it is narrower than `USEFUL_WIDTH` of its
+    middle."""
+    middle = (low + high) / 2
+    return low > 1.0 or high < 1.0 or high - low <= USEFUL_WIDTH * middle

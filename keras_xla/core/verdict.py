@@ -56,6 +56,12 @@ def build(report: XLAReport) -> Verdict:
         if speedup is None
         else bool(break_even is not None and steps >= break_even)
     )
+    # The most the run could save, even with an XLA step of no time.
+    bound_ms = (base or no_xla_bound_ms(report)) if enabled else None
+    bound = round(bound_ms / 1000.0 * steps, 3) if bound_ms else None
+    if bound is not None and compile_s > bound:
+        paid_back = False
+    low, high = speedup_range(report) if speedup is not None else (None,) * 2
     verdict = Verdict(
         xla_enabled=enabled,
         speedup=speedup,
@@ -67,16 +73,65 @@ def build(report: XLAReport) -> Verdict:
         headline="",
         next_steps=next_steps(report, base, xla, steps, compile_s),
         train_steps=steps,
+        speedup_low=low,
+        speedup_high=high,
+        saving_bound_seconds=bound,
     )
     verdict.headline = headline(report, verdict)
     return verdict
 
 
+def no_xla_bound_ms(report: XLAReport) -> float | None:
+    """An upper bound on the no-XLA step (ms) where no median was timed:
+    the baseline windows' wall time over their steps (each window's
+    first call, which pays more than a step, included)."""
+    b = report.baseline
+    if b is None or not b.run_steps or not b.window_seconds:
+        return None
+    return b.window_seconds / b.run_steps * 1000.0
+
+
+def speedup_range(report: XLAReport) -> tuple[float | None, float | None]:
+    """The speedup's range from the baseline windows' spread."""
+    b = report.baseline
+    if b is None or b.speedup_low is None or b.speedup_high is None:
+        return None, None
+    return b.speedup_low, b.speedup_high
+
+
 def headline(report: XLAReport, v: Verdict) -> str:
-    """One sentence with the numbers."""
+    """One sentence with the numbers (and one more on the bound where
+    compiling cost more than the run could save)."""
+    text = _headline(report, v)
+    bound = v.saving_bound_seconds
+    if v.xla_enabled and bound is not None and v.compile_seconds > bound:
+        measured = "at" if v.baseline_step_ms else "at most"
+        step_ms = v.baseline_step_ms or no_xla_bound_ms(report)
+        text += (
+            f" Even if XLA's step took no time, this run's "
+            f"{v.train_steps:,} steps {measured} {step_ms:.2f} ms each "
+            f"without XLA could save at most {bound:.2f} s, less than "
+            f"the {v.compile_seconds:.1f} s of compiling."
+        )
+    return text
+
+
+def _speedup_text(v: Verdict) -> str:
+    """`0.63x, 0.55-0.74` (the range where there is one)."""
+    if v.speedup_low is None or v.speedup_high is None:
+        return f"{v.speedup:.2f}x"
+    return f"{v.speedup:.2f}x, {v.speedup_low:.2f}-{v.speedup_high:.2f}"
+
+
+def _headline(report: XLAReport, v: Verdict) -> str:
     if not v.xla_enabled:
         reason = report.jit.reason if report.jit else "not configured"
         return f"XLA is off: {reason.rstrip('.')}."
+    if v.speedup is None and v.paid_back is False:
+        return (
+            f"XLA is on and compiling cost {v.compile_seconds:.1f} s: it "
+            "did not pay off."
+        )
     if v.speedup is None:
         why = (
             report.baseline.reason
@@ -88,15 +143,25 @@ def headline(report: XLAReport, v: Verdict) -> str:
             f"whether it paid off is unknown: {why}."
         )
     times = f"{v.baseline_step_ms:.2f} -> {v.xla_step_ms:.2f} ms"
+    if (
+        v.speedup_low is not None
+        and v.speedup_high is not None
+        and v.speedup_low <= 1.0 <= v.speedup_high
+    ):
+        return (
+            f"XLA's effect is within the noise of this run "
+            f"({_speedup_text(v)}, {times} in the baseline windows) and "
+            f"compiling cost {v.compile_seconds:.1f} s: it did not pay off."
+        )
     if v.speedup <= 1.0:
         return (
-            f"XLA made each step slower ({times}, {v.speedup:.2f}x) and "
+            f"XLA made each step slower ({times}, {_speedup_text(v)}) and "
             f"compiling cost {v.compile_seconds:.1f} s: it did not pay off."
         )
     verb = "paid back" if v.paid_back else "pays back"
     tail = "so it paid off" if v.paid_back else "so it did not pay off yet"
     return (
-        f"XLA made each step {v.speedup:.2f}x faster ({times}) but "
+        f"XLA made each step {_speedup_text(v)} faster ({times}) but "
         f"compiling cost {v.compile_seconds:.1f} s; it {verb} after "
         f"{v.break_even_steps:,} steps and this run had {v.train_steps:,}, "
         f"{tail}."
