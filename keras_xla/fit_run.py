@@ -355,7 +355,7 @@ class FitRun:
         run's last (what follows, Keras's end of the data and of the
         epoch, is not the step's)."""
         if self.active:
-            self.log.timer.end(time.perf_counter())
+            self.log.end(time.perf_counter())
 
     # Epochs and validation runs.
 

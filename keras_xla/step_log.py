@@ -66,11 +66,18 @@ class StepLog:
     ) -> None:
         """A call of `function` at step `batch` begins (`now`: the clock
         read at the start of the hook)."""
-        # New entries were written by the call this ends, else outside
-        # the fit's calls (dated before this one, out of its window).
-        in_call = self.timer.in_call
-        self._stamp_ledger(now, 0.0 if in_call else -BEFORE_CALL_SECONDS)
+        if not self.timer.in_call:
+            # New entries were written outside the fit's calls: dated
+            # before this one, out of its window. (A call's own entries
+            # were dated at its batch-end hook, `end`.)
+            self._stamp_ledger(now, -BEFORE_CALL_SECONDS)
         self._collect_full(self.timer.begin(function, batch, now), counting)
+
+    def end(self, now: float) -> None:
+        """The open call's batch-end hook ran at `now` (perf_counter):
+        the call is done, and so is any compilation it made."""
+        self._stamp_ledger(now, 0.0)
+        self.timer.end(now)
 
     def close(self, counting: str | None, now: float | None = None) -> None:
         """The open call ends."""

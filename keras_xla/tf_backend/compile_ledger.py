@@ -336,11 +336,16 @@ def size(path: str) -> int:
 
 def remove(path: str) -> None:
     """Removes an entry; one that is already gone is fine."""
+    global _LISTED
     try:
         if in_memory(path):
             from tensorflow.python.lib.io import file_io
 
             file_io.delete_file_v2(path)
+            # Keep `stamp()`'s count true: a removal and a compilation
+            # between two stamps would otherwise look like no change.
+            if _SEEN.pop(path, None) is not None:
+                _LISTED -= 1
         else:
             os.remove(path)
     except Exception:  # noqa: BLE001 - removed meanwhile
