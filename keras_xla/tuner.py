@@ -61,7 +61,9 @@ class XLATuner(keras.callbacks.Callback):
     `xla/compile_cache_misses`. One point per train call (step = global
     train step, written at epoch end): `xla/step_time_ms`. Text:
     `xla/findings` (a Markdown table) and `xla/verdict`, each when it
-    changed, and, after a trial, `xla/decision`. The epoch scalars also
+    changed, and, after a trial, `xla/decision`; the report itself as
+    `xla/report` (JSON, one per epoch) for TensorBoard's "XLA" tab
+    (`keras_xla.dashboard`). The epoch scalars also
     go into Keras's `logs` (`add_to_logs`): `History.history[
     "xla/compilations"]`, a `CSVLogger` column.
 
