@@ -37,10 +37,15 @@ def _keras_backend() -> str:
 # would abort on (see flag_guard), then record XLA's compilations in
 # memory, so the HLO analysis costs none (see compile_ledger). On another
 # Keras backend TensorFlow's flags are left alone.
-if _keras_backend() == "tensorflow":
+_BACKEND = _keras_backend()
+if _BACKEND == "tensorflow":
     _flag_guard.guard(tensorflow_started=_compile_ledger.tensorflow_started())
     _compile_ledger.install()
     _compile_ledger.remove_stale_ledgers()
+else:
+    _compile_ledger.leave_off(
+        f"the Keras backend is {_BACKEND}, so TensorFlow's flags are left alone"
+    )
 
 _EXPORTS = {
     "XLAModel": "keras_xla.model",

@@ -231,3 +231,20 @@ def test_the_ledger_stays_under_its_budget(monkeypatch):
     assert sum(ledger.size(p) for p in left) <= budget
     # The newest two stay; the oldest went first.
     assert len(order) == 5 and sorted(left) == sorted(order[-2:])
+
+
+def test_another_keras_backend_leaves_tensorflow_flags_alone():
+    code = (
+        "import sys, os; sys.modules['tensorflow'] = None\n"
+        "import keras_xla\n"
+        "print(os.environ.get('TF_XLA_FLAGS'))\n"
+        "print(keras_xla._compile_ledger.status().reason)\n"
+    )
+    env = dict(os.environ, KERAS_BACKEND="jax", TF_XLA_FLAGS="--x=1")
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    flags, reason = result.stdout.strip().splitlines()[-2:]
+    assert flags == "--x=1"  # not fixed, not extended
+    assert reason.startswith("the Keras backend is jax")

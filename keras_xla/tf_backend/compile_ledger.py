@@ -153,6 +153,14 @@ def _install(environ) -> LedgerStatus:
     return LedgerStatus(directory, True, "", set_flags=value)
 
 
+def leave_off(reason: str) -> LedgerStatus:
+    """Records that the ledger is not set up in this process, and why
+    (another Keras backend: TensorFlow's flags are not touched)."""
+    global _STATUS
+    _STATUS = LedgerStatus(None, False, reason, "Nothing to do.")
+    return _STATUS
+
+
 def _is_other_process_ledger(directory: str) -> bool:
     name = os.path.basename(os.path.normpath(directory.removeprefix(MEMORY)))
     if not name.startswith(PREFIX):
