@@ -12,8 +12,12 @@ training them with XLA (the no-XLA step function's first call included,
 shown apart) and that cost as a share of the tuner fit's first epoch.
 
 Models: a residual MLP with LayerNorm and GELU (XLA fuses the elementwise
-work), and a wide Dense network whose matmuls dominate (oneDNN's kernels
-against XLA's).
+work), a wide Dense network whose matmuls dominate (oneDNN's kernels
+against XLA's), a Conv1D classifier (keras-io's time-series shape) and a
+small transformer on padded text (token ids padded to one length, as
+`padded_batch(padded_shapes=...)` makes them). Printed too: the
+verdict's range from its windows' spread, and whether the separate-fit
+speedup falls in it.
 
 Run: python benchmarks/verdict_truth.py [--steps 300] [--rounds 3]
 """
@@ -56,6 +60,29 @@ def wide_dense():
     return keras.Model(inputs, keras.layers.Dense(1)(x))
 
 
+def conv1d_classifier():
+    inputs = keras.Input((128, 8))
+    x = keras.layers.Conv1D(32, 5, activation="relu")(inputs)
+    x = keras.layers.MaxPooling1D(2)(x)
+    x = keras.layers.Conv1D(64, 5, activation="relu")(x)
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    return keras.Model(inputs, keras.layers.Dense(3)(x))
+
+
+TEXT_LENGTH, VOCAB = 64, 1000
+
+
+def padded_text_transformer():
+    tokens = keras.Input((TEXT_LENGTH,), dtype="int32")
+    x = keras.layers.Embedding(VOCAB, 32, mask_zero=False)(tokens)
+    attended = keras.layers.MultiHeadAttention(4, 8)(x, x)
+    x = keras.layers.LayerNormalization()(x + attended)
+    hidden = keras.layers.Dense(64, activation="relu")(x)
+    x = keras.layers.LayerNormalization()(x + keras.layers.Dense(32)(hidden))
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    return keras.Model(tokens, keras.layers.Dense(3)(x))
+
+
 class StepClock(keras.callbacks.Callback):
     """Intervals between train batch begins (one clock read each), per
     fit; a fit's first interval is left out."""
@@ -77,16 +104,34 @@ class StepClock(keras.callbacks.Callback):
         return 1000.0 * float(np.median(self.gaps))
 
 
+LOSSES = {
+    conv1d_classifier: "sparse_categorical_crossentropy",
+    padded_text_transformer: "sparse_categorical_crossentropy",
+}
+
+
 def compiled(build, jit):
     keras.utils.set_random_seed(0)
     model = build()
-    model.compile("adam", "mse", jit_compile=jit)
+    loss = LOSSES.get(build, "mse")
+    if loss != "mse":
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile("adam", loss, jit_compile=jit)
     return model
 
 
-def data(steps):
+def data(steps, build=None):
     rng = np.random.default_rng(0)
     n = steps * BATCH
+    if build is conv1d_classifier:
+        x = rng.random((n, 128, 8), dtype=np.float32)
+        return x, rng.integers(0, 3, (n, 1))
+    if build is padded_text_transformer:
+        # Sentences of 8-64 tokens, zero-padded to 64.
+        lengths = rng.integers(8, TEXT_LENGTH + 1, n)
+        x = rng.integers(1, VOCAB, (n, TEXT_LENGTH)).astype("int32")
+        x[np.arange(TEXT_LENGTH)[None, :] >= lengths[:, None]] = 0
+        return x, rng.integers(0, 3, (n, 1))
     return rng.random((n, 64), dtype=np.float32), rng.random(
         (n, 1), dtype=np.float32
     )
@@ -133,14 +178,16 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--models", default="residual,wide,conv1d,transformer")
     args = parser.parse_args()
-    x, y = data(args.steps)
     rows = [
         (
             "model",
             "round",
             "verdict speedup",
+            "range",
             "separate fits",
+            "in range",
             "ratio",
             "no-XLA steps",
             "cost s",
@@ -148,18 +195,27 @@ def main():
             "share of epoch",
         )
     ]
-    ratios = {}
-    for name, build in (
-        ("residual MLP", residual_mlp),
-        ("wide Dense", wide_dense),
-    ):
+    ratios, inside = {}, {}
+    models = {
+        "residual": ("residual MLP", residual_mlp),
+        "wide": ("wide Dense", wide_dense),
+        "conv1d": ("Conv1D classifier", conv1d_classifier),
+        "transformer": ("padded-text transformer", padded_text_transformer),
+    }
+    for key in args.models.split(","):
+        name, build = models[key]
+        x, y = data(args.steps, build)
         for r in range(args.rounds):
             report, epoch_s = tuner_fit(build, x, y)
             no_xla, xla = separate_fits(build, x, y)
             truth = no_xla / xla
-            said = report.verdict.speedup
+            v = report.verdict
+            said = v.speedup
             ratio = said / truth if said else float("nan")
             ratios.setdefault(name, []).append(ratio)
+            low, high = v.speedup_low, v.speedup_high
+            held = low is not None and low <= truth <= high
+            inside.setdefault(name, []).append(held)
             base = report.baseline
             cost = base.cost_seconds
             rows.append(
@@ -167,7 +223,9 @@ def main():
                     name,
                     str(r),
                     f"{said:.3f}" if said else "-",
+                    f"{low:.2f}-{high:.2f}" if low is not None else "-",
                     f"{truth:.3f} ({no_xla:.2f}/{xla:.2f} ms)",
+                    "yes" if held else "no",
                     f"{ratio:.3f}",
                     str(base.run_steps),
                     f"{cost:.3f}",
@@ -184,7 +242,8 @@ def main():
     for name, values in ratios.items():
         print(
             f"{name}: median ratio {statistics.median(values):.3f} "
-            f"(goal 0.90-1.10)"
+            f"(goal 0.90-1.10); separate-fit speedup in the verdict's "
+            f"range in {sum(inside[name])} of {len(inside[name])} rounds"
         )
 
 

@@ -880,3 +880,56 @@ def test_trial_spans_epochs_when_the_first_is_short(monkeypatch, xla_tried):
     assert [e.steps for e in report.epochs] == [10, 10, 10, 10]
     assert int(model.optimizer.iterations.numpy()) == 40
     assert model.jit_compile is (decision["winner"] == "xla/float32")
+
+
+def test_the_speedup_range_comes_from_the_windows_spread():
+    from keras_xla.core.trial import range_useful, speedup_range
+
+    slow = [[2.0, 2.1, 1.9, 2.0], [2.2, 2.0, 2.1, 2.3]]
+    fast = [[1.0, 1.1, 0.9, 1.0], [1.0, 1.0, 1.1, 1.2]]
+    low, high = speedup_range(slow, fast)
+    # Each round's ratio of medians (2.0, 2.0 / 1.05 and 2.15 / 1.05)
+    # is inside; the resamples are seeded: the same windows, the same
+    # range.
+    assert low <= 2.0 / 1.05 and high >= 2.15 / 1.05
+    assert 1.6 < low < high < 2.6
+    assert speedup_range(slow, fast) == (low, high)
+    assert speedup_range([[2.0]], fast) is None
+    # Useful: one side of 1.0, or narrower than 20% of its middle.
+    assert range_useful(1.05, 1.6) and range_useful(0.5, 0.9)
+    assert range_useful(0.95, 1.1) and not range_useful(0.8, 1.3)
+
+
+def baseline_runner(no_xla_steps, xla_steps, extend_to):
+    """A baseline trial (XLA kept; no dropping) of 2 rounds of 3 calls,
+    its windows closed with planted step times."""
+    keep, off = Candidate(True, "float32"), Candidate(False, "float32")
+    trial = Trial([keep, off], keep, 3, rounds=2, drop=False)
+    runner = trial_runner.TrialRunner(trial, None, True, keep=keep)
+    runner.extend_to = extend_to
+    records = []
+    while True:
+        window = trial.current()
+        times = xla_steps if window == keep else no_xla_steps
+        for i in range(trial.window_calls):
+            trial.advance()
+            records.append(record(times[(len(records) + i) % len(times)]))
+        trial.close_window(records)
+        if trial.done and not runner._widen():
+            return runner
+        assert not trial.done
+
+
+def test_the_baseline_extends_its_windows_while_the_range_is_wide():
+    # Clean steps: 2x, a useful range after the planned two rounds.
+    clean = baseline_runner([0.002], [0.001], extend_to=60)
+    assert clean.trial.rounds == 2 and len(clean.trial.windows) == 4
+    # Noisy steps around 1.0x: a round more at a time, up to extend_to
+    # calls (18 here: three rounds of 2 x 3 calls).
+    noisy_no_xla, noisy_xla = [0.001, 0.0016, 0.0007], [0.0012, 0.0008, 0.001]
+    noisy = baseline_runner(noisy_no_xla, noisy_xla, 18)
+    assert noisy.trial.rounds == 3 and len(noisy.trial.windows) == 6
+    off, keep = Candidate(False, "float32"), Candidate(True, "float32")
+    assert noisy.trial.speedup_range(off, keep) == (0.7, 2.0)
+    # No room: as planned.
+    assert baseline_runner([0.001, 0.003], [0.002], 0).trial.rounds == 2
