@@ -324,6 +324,8 @@ class FitRun:
         model = self.model
         if settlement.decision is None:  # the baseline's
             self.report.baseline = settlement.baseline
+            graph = settlement.baseline.trace_seconds
+            self.accountant.graph_seconds = graph or 0.0
             return
         self.report.decision = settlement.decision
         if settlement.skipped is not None:

@@ -1,3 +1,5 @@
+import warnings
+
 import pytest
 
 from keras_xla.core.signatures import Signature, TensorSignature
@@ -75,3 +77,34 @@ def test_a_runs_last_call_ends_at_its_batch_end(monkeypatch):
     train, test = timer.flush("train"), timer.flush("test")
     assert [r.seconds for r in train] == pytest.approx([0.9, 0.25])
     assert [r.seconds for r in test] == pytest.approx([20.0])
+
+
+def test_a_first_compile_leaves_out_the_graph_building():
+    from keras_xla.core.accounting import Accountant
+    from keras_xla.core.findings import FindingBook
+    from keras_xla.core.report import XLAReport
+    from keras_xla.core.signatures import Signature, TensorSignature
+
+    assert estimate_compile_seconds(
+        rec(0.5, new=[0], trace=0.1), 0.01, graph_seconds=0.25
+    ) == pytest.approx(0.14)
+
+    def sig(batch):
+        return [[Signature(0, (TensorSignature("x", (batch, 4), "f32"),))]]
+
+    records = [
+        StepRecord("train", 0, 1.0, sig(8)),
+        StepRecord("train", 1, 0.01, sig(8)),
+        StepRecord("train", 2, 0.01, sig(8)),
+        StepRecord("train", 3, 0.51, sig(4)),
+    ]
+    records[0].new, records[0].previous = [(0, 0)], {(0, 0): []}
+    records[3].new, records[3].previous = [(0, 0)], {(0, 0): [sig(8)[0][0]]}
+    report = XLAReport()
+    accountant = Accountant(report, FindingBook(report.findings))
+    accountant.graph_seconds = 0.3  # the baseline's no-XLA first call
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the recompilation's warning
+        accountant.finish_epoch(records)
+    # Only the function's first compilation builds a graph.
+    assert [c.compile_seconds for c in report.compile_log] == [0.69, 0.5]

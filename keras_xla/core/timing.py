@@ -159,18 +159,22 @@ def run_statistics(
 
 
 def estimate_compile_seconds(
-    record: StepRecord, median_seconds: float | None
+    record: StepRecord,
+    median_seconds: float | None,
+    graph_seconds: float = 0.0,
 ) -> float:
     """Compile seconds of one compiled call, shared by its compilations.
 
     The excess of the call over `steps * median`, minus the Python tracing
-    time the probe measured in it, divided evenly among the signatures that
-    compiled in the call; never negative.
+    time the probe measured in it and `graph_seconds` (what a function's
+    first call takes to build its graph, for the call that compiled a
+    function first), divided evenly among the signatures that compiled
+    in the call; never negative.
     """
     if not record.compiled:
         return 0.0
     expected = (median_seconds or 0.0) * record.steps
-    excess = record.seconds - expected - record.trace_seconds
+    excess = record.seconds - expected - record.trace_seconds - graph_seconds
     return max(excess, 0.0) / len(record.new)
 
 
