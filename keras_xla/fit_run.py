@@ -135,8 +135,12 @@ class FitRun:
             self._start_trial(None, spe)
         if self.functions is not None:
             self._prepare_functions()
+        cache = s.cache_status
         self.log = StepLog(
-            spe, self.functions, compile_ledger.status().directory
+            spe,
+            self.functions,
+            compile_ledger.status().directory,
+            stamp_calls=bool(cache and cache.active and cache.live),
         )
         self.active = True
         self._watch_model()

@@ -45,9 +45,18 @@ class StepLog:
         steps_per_call: int,
         functions: StepFunctions | None,
         ledger: str | None = None,
+        stamp_calls: bool = False,
     ) -> None:
         self.functions = functions
         self.ledger = ledger
+        # Date the ledger's entries call by call (a mirrored compile
+        # cache labels each compilation a hit or a miss by them; auto-
+        # clustering books clusters to calls by them); else at each
+        # collect, which costs nothing per step: a listing of TensorFlow's
+        # file system takes 30-50 us right after a step, while its threads
+        # still spin.
+        self.stamp_calls = stamp_calls
+        self._counting: str | None = None
         # Auto-clustering: ledger entries already booked to a call, and
         # the functions that compiled clusters before.
         self._booked: set[str] = set()
@@ -66,29 +75,36 @@ class StepLog:
     ) -> None:
         """A call of `function` at step `batch` begins (`now`: the clock
         read at the start of the hook)."""
+        self._counting = counting
         if not self.timer.in_call:
             # New entries were written outside the fit's calls: dated
             # before this one, out of its window. (A call's own entries
             # were dated at its batch-end hook, `end`.)
-            self._stamp_ledger(now, -BEFORE_CALL_SECONDS)
+            self._stamp_ledger(now, -BEFORE_CALL_SECONDS, counting)
         self._collect_full(self.timer.begin(function, batch, now), counting)
 
     def end(self, now: float) -> None:
         """The open call's batch-end hook ran at `now` (perf_counter):
         the call is done, and so is any compilation it made."""
-        self._stamp_ledger(now, 0.0)
+        self._stamp_ledger(now, 0.0, self._counting)
         self.timer.end(now)
 
     def close(self, counting: str | None, now: float | None = None) -> None:
         """The open call ends."""
         in_call = self.timer.in_call
-        self._stamp_ledger(now, 0.0 if in_call else -BEFORE_CALL_SECONDS)
+        shift = 0.0 if in_call else -BEFORE_CALL_SECONDS
+        self._stamp_ledger(now, shift, counting)
         self._collect_full(self.timer.close(now), counting)
 
-    def _stamp_ledger(self, now: float | None, shift: float) -> None:
+    def _stamp_ledger(
+        self, now: float | None, shift: float, counting: str | None
+    ) -> None:
         """Dates the in-memory ledger's new entries at `now` (a
-        perf_counter reading) plus `shift`: it keeps no file times."""
-        if self.ledger is not None:
+        perf_counter reading) plus `shift`, where entries are dated call
+        by call: the ledger keeps no file times."""
+        if self.ledger is not None and (
+            self.stamp_calls or counting == CLUSTERS
+        ):
             now = time.perf_counter() if now is None else now
             compile_ledger.stamp(self.timer.clock_offset + now + shift)
 
@@ -97,6 +113,8 @@ class StepLog:
     ) -> list[StepRecord]:
         """Turns `function`'s pending calls into records; returns all of
         its records so far."""
+        if self.ledger is not None:
+            compile_ledger.stamp()  # entries of the calls collected now
         records = self.timer.flush(function)
         variant = self.functions.active(function) if self.functions else None
         if records and variant is not None:

@@ -186,17 +186,38 @@ def _ledger_modules(signature: Signature, compile_log) -> tuple[bytes, bytes]:
             f"the train step for {shapes} compiled before this fit"
         )
     c = compiled[-1]
+    # Entries are dated call by call only where something needs it (see
+    # StepLog), else when the calls are collected: any entry dated from
+    # the compilation on may be its, and its inputs tell which.
     paths = compile_ledger.entries_between(
-        ledger.directory, c.started_at, c.finished_at
+        ledger.directory, c.started_at, float("inf")
     )
-    if not paths:
+    candidates = [p for p in paths if _takes_inputs(p, shapes.values())]
+    if not candidates:
         raise HloUnavailable(
             "XLA wrote no cache entry when the train step compiled (it was "
             "loaded from the persistent compile cache)"
         )
-    # The call may also have compiled other clusters; the train step's
-    # module is the largest entry.
-    return compile_ledger.read_modules(max(paths, key=compile_ledger.size))
+    # The call may also have compiled other clusters, and validation the
+    # test step for the same shapes; the train step's module is the
+    # largest entry.
+    return compile_ledger.read_modules(max(candidates, key=compile_ledger.size))
+
+
+def _takes_inputs(path: str, shapes) -> bool:
+    """Whether the entry's module takes a parameter of each of `shapes`
+    (the batch's tensors: the train step's module takes them all)."""
+    try:
+        unoptimized, _ = compile_ledger.read_modules(path)
+        module = hlo_lib.parse_hlo_module(unoptimized)
+    except Exception:  # noqa: BLE001 - not an entry this can read
+        return False
+    params = [list(p.dimensions) for p in module.host_program_shape.parameters]
+    for shape in shapes:
+        if shape not in params:
+            return False
+        params.remove(shape)
+    return True
 
 
 def _write(path: str, data: bytes) -> str:
