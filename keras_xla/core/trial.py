@@ -25,9 +25,10 @@ candidate's configuration is `keras_xla.trial_runner`'s.
 from __future__ import annotations
 
 import dataclasses
-import random
 import statistics
 from typing import Any
+
+import numpy as np
 
 from keras_xla.core import drop_rules, trial_cost
 from keras_xla.core.drop_rules import PAYBACK, PREDICTED_PAYBACK
@@ -401,17 +402,23 @@ def speedup_range(
         for a, b in zip(slow, fast)
         if a and b and statistics.median(b) > 0
     ]
-    rng = random.Random(0)
+    # Vectorized: it runs in a step hook, where 400 resamples in Python
+    # took 33 ms.
+    rng = np.random.default_rng(0)
 
-    def resample(windows):
-        return statistics.median(
-            [t for w in windows for t in rng.choices(w, k=len(w))]
-        )
+    def resampled_medians(windows):
+        columns = [
+            np.asarray(w)[rng.integers(0, len(w), (RESAMPLES, len(w)))]
+            for w in windows
+            if w
+        ]
+        return np.median(np.concatenate(columns, axis=1), axis=1)
 
-    ratios = sorted(resample(slow) / resample(fast) for _ in range(RESAMPLES))
+    ratios = np.sort(resampled_medians(slow) / resampled_medians(fast))
     cut = int(RESAMPLES * (1 - RANGE_SHARE) / 2)
     central = ratios[cut : RESAMPLES - cut]
-    return min([central[0], *rounds]), max([central[-1], *rounds])
+    low, high = float(central[0]), float(central[-1])
+    return min([low, *rounds]), max([high, *rounds])
 
 
 # A range narrower than this share of its speedup is useful as it is.
