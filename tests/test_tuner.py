@@ -14,6 +14,7 @@ from keras_xla import XLARecompilationWarning, XLATuner
 from keras_xla.tf_backend.summaries import (
     FINDINGS_TAG,
     HLO_TAGS,
+    REPORT_TAG,
     SCALAR_TAGS,
     STEP_TIME_TAG,
     VERDICT_TAG,
@@ -208,6 +209,7 @@ def test_tensorboard_tags_and_report_file(tmp_path):
         FINDINGS_TAG,
         VERDICT_TAG,
         STEP_TIME_TAG,
+        REPORT_TAG,  # the XLA tab's data
     }
     for tag in set(SCALAR_TAGS) | set(HLO_TAGS):
         assert [p.step for p in events[tag]] == [0, 1, 2], tag
