@@ -332,3 +332,20 @@ def test_copy_in_takes_the_newest_entries_up_to_half_the_ledger(
     assert copied == [names[3], names[2]] and left_out == []
     for entry in copied:
         compile_ledger.remove(f"{ledger}/{entry}")
+
+
+def test_only_the_process_that_enabled_the_cache_saves_to_it_at_exit(
+    tmp_path,
+):
+    # A forked child inherits the exit handler: it must not write the
+    # parent's cache (nor remove anything of the parent's).
+    from keras_xla.tf_backend import compile_cache, compile_ledger
+
+    entry_bytes()
+    ledger = compile_ledger.status().directory
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    compile_cache._save_at_exit(ledger, str(cache), os.getpid() + 1)
+    assert os.listdir(cache) == []
+    compile_cache._save_at_exit(ledger, str(cache), os.getpid())
+    assert os.listdir(cache) != []
