@@ -84,6 +84,15 @@ def test_end_to_end_tiny(example, tmp_path, capsys):
     assert example.conclusion(list(rows.values())) in out
     assert f"random crops compiled {drift['compilations']} times" in out
     assert os.path.exists(tmp_path / "fixed-xla" / "xla_report.json")
+    # The measured answer is where the reader looks: the report file (and
+    # the XLA tab's newer report summary) holds the verdict against this
+    # script's own no-XLA run, not "unknown".
+    from keras_xla.core.report import XLAReport
+
+    saved = XLAReport.load(str(tmp_path / "fixed-xla"))
+    assert saved.verdict.baseline_step_ms == base["median_step_ms"]
+    assert saved.verdict.speedup is not None
+    assert saved.baseline.no_xla_step_ms == base["median_step_ms"]
     assert np.isfinite(fixed["images_per_second_overall"])
 
 

@@ -41,6 +41,7 @@ from keras_xla.core import verdict as verdicts  # noqa: E402
 from keras_xla.core.render import format_table  # noqa: E402
 from keras_xla.core.report import BaselineSection  # noqa: E402
 from keras_xla.data import fixed_slice  # noqa: E402
+from keras_xla.tf_backend.summaries import SummaryWriter  # noqa: E402
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
@@ -227,6 +228,7 @@ def run_config(crop: str, jit: bool, args, source=None) -> dict:
         "verdict": report.verdict,
         "findings": [f.code for f in report.findings],
         "report": report,
+        "log_dir": log_dir,
     }
 
 
@@ -305,12 +307,19 @@ def measured_verdict(row: dict, base: dict | None):
     script measured: its own no-XLA run (`base`) as the baseline, steady
     median step against steady median step. The tuner's verdict when
     there is no such run, or XLA is off."""
+    measured = measured_report(row, base)
+    return row["verdict"] if measured is None else measured.verdict
+
+
+def measured_report(row: dict, base: dict | None):
+    """The XLA run's report with this script's no-XLA run as its baseline
+    and the verdict built on it, or None (no such run, or XLA off)."""
     verdict = row["verdict"]
     if verdict is None or not verdict.xla_enabled or base is None:
-        return verdict
+        return None
     base_ms, xla_ms = base["median_step_ms"], row["median_step_ms"]
     if not base_ms or not xla_ms:
-        return verdict
+        return None
     measured = dataclasses.replace(
         row["report"],
         baseline=BaselineSection(
@@ -320,7 +329,24 @@ def measured_verdict(row: dict, base: dict | None):
         ),
         decision=None,
     )
-    return verdicts.build(measured)
+    measured.verdict = verdicts.build(measured)
+    return measured
+
+
+def publish_measured(rows: list[dict]) -> None:
+    """Writes each XLA run's measured report where its reader looks: its
+    `xla_report.json` and, as a newer `xla/report` summary, the XLA tab."""
+    base = next((r for r in rows if not r["jit"]), None)
+    for r in rows:
+        measured = measured_report(r, base)
+        if measured is None:
+            continue
+        measured.write(r["log_dir"])
+        writer = SummaryWriter(r["log_dir"])
+        writer.write_report(
+            max(len(measured.epochs) - 1, 0), measured.to_json()
+        )
+        writer.close()
 
 
 def verdict_lines(rows: list[dict]) -> list[str]:
@@ -473,6 +499,7 @@ def main(argv=None) -> list[dict]:
         rows.append(run_config(crop, jit, args))
     print("\n" + render(rows))
     print("\n".join(verdict_lines(rows)))
+    publish_measured(rows)
     print("\n" + conclusion(rows))
     for r in rows:
         for rec in r["report"].recompilations[:3]:
