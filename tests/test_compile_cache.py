@@ -162,15 +162,15 @@ def test_bad_directory_is_named():
 
 def entry_bytes():
     """A real cache entry: a tiny compilation written to a fresh ledger."""
-    from keras_xla.tf_backend import compile_ledger
+    from keras_xla.tf_backend import cache_entry, compile_ledger
 
     ledger = compile_ledger.status().directory
-    assert compile_ledger.in_memory(ledger), "the test process has a ledger"
+    assert cache_entry.in_memory(ledger), "the test process has a ledger"
     size = 7919 + os.getpid() % 1000  # a shape no other test compiles
     tf.function(lambda v: v * 3.0, jit_compile=True)(tf.ones([size]))
     compile_ledger.stamp()
     newest = max(compile_ledger.entries(ledger).items(), key=lambda kv: kv[1])
-    return os.path.basename(newest[0]), compile_ledger.read_bytes(newest[0])
+    return os.path.basename(newest[0]), cache_entry.read_bytes(newest[0])
 
 
 def test_a_directory_others_can_write_is_not_used(tmp_path):

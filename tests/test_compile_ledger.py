@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from keras_xla.tf_backend import cache_entry
 from keras_xla.tf_backend import compile_ledger as ledger
 
 
@@ -117,10 +118,10 @@ def test_read_modules_rejects_what_is_not_an_entry(tmp_path):
     path = tmp_path / "xla_compile_cache__1__2__XLA_CPU_JIT.pb"
     path.write_bytes(b"\x12\x03abc")  # field 2 only
     with pytest.raises(ValueError, match="not an XLA cache entry"):
-        ledger.read_modules(str(path))
+        cache_entry.read_modules(str(path))
     path.write_bytes(b"\x12\xff")  # a length past the end
     with pytest.raises(ValueError, match="truncated"):
-        ledger.read_modules(str(path))
+        cache_entry.read_modules(str(path))
 
 
 LATE = """
@@ -212,14 +213,14 @@ def test_the_ledger_stays_under_its_budget(monkeypatch):
     import tensorflow as tf
 
     status = ledger.status()
-    assert ledger.in_memory(status.directory)
+    assert cache_entry.in_memory(status.directory)
     f = tf.function(lambda v: v + 1.0, jit_compile=True)
     ledger.stamp()
     before = set(ledger.entries(status.directory))
     f(tf.ones([3001]))
     (first,) = set(ledger.entries(status.directory)) - before
     # Room for two entries of this size and a half.
-    budget = ledger.size(first) * 5 // 2
+    budget = cache_entry.size(first) * 5 // 2
     monkeypatch.setattr(ledger, "BUDGET_BYTES", budget)
     order = [first]
     for n in range(4):
@@ -228,7 +229,7 @@ def test_the_ledger_stays_under_its_budget(monkeypatch):
         ledger.stamp(time.time() + n)
         order += sorted(set(ledger.entries(status.directory)) - seen)
     left = ledger.entries(status.directory)
-    assert sum(ledger.size(p) for p in left) <= budget
+    assert sum(cache_entry.size(p) for p in left) <= budget
     # The newest two stay; the oldest went first.
     assert len(order) == 5 and sorted(left) == sorted(order[-2:])
 

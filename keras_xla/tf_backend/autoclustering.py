@@ -26,7 +26,7 @@ import dataclasses
 
 from keras_xla.core import findings
 from keras_xla.core.report import ClusteringSection
-from keras_xla.tf_backend import compile_ledger
+from keras_xla.tf_backend import cache_entry, compile_ledger
 from keras_xla.tf_backend import flags as flags_lib
 
 ON_VALUES = ("1", "2", "fusible")
@@ -154,7 +154,7 @@ def read_cluster(entry_path: str) -> tuple[str | None, frozenset[str]]:
     from keras_xla.tf_backend import hlo
 
     try:
-        unoptimized, _ = compile_ledger.read_modules(entry_path)
+        unoptimized, _ = cache_entry.read_modules(entry_path)
         module = hlo.parse_hlo_module(unoptimized)
     except (OSError, ValueError):
         return None, frozenset()

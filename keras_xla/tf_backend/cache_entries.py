@@ -26,7 +26,7 @@ import shutil
 import stat
 import tempfile
 
-from keras_xla.tf_backend import compile_ledger
+from keras_xla.tf_backend import cache_entry, compile_ledger
 
 CORRUPT_SUFFIX = ".corrupt"
 # A copy out is skipped unless the disk keeps this much free beside it.
@@ -63,7 +63,7 @@ def _regular(path: str) -> bool:
 def is_entry(path: str) -> bool:
     """Whether the file parses as an XLA cache entry (both modules)."""
     try:
-        compile_ledger.read_modules(path)
+        cache_entry.read_modules(path)
     except (OSError, ValueError):
         return False
     return True
@@ -131,11 +131,11 @@ def copy_in(directory: str, ledger: str, trust: bool) -> tuple[list, list]:
             left_out.append((name, why))
             continue
         try:
-            data = compile_ledger.read_bytes(path)
-            compile_ledger.parse_modules(data, path)
+            data = cache_entry.read_bytes(path)
+            cache_entry.parse_modules(data, path)
             if len(data) > room:
                 break
-            compile_ledger.write_bytes(f"{ledger.rstrip('/')}/{name}", data)
+            cache_entry.write_bytes(f"{ledger.rstrip('/')}/{name}", data)
         except (OSError, ValueError) as error:
             left_out.append((name, str(error)))
             continue
@@ -157,8 +157,8 @@ def copy_out(ledger: str, directory: str) -> tuple[list[str], str | None]:
         if name in have or name in _IMPORTED:
             continue
         try:
-            data = compile_ledger.read_bytes(path)
-            compile_ledger.parse_modules(data, path)
+            data = cache_entry.read_bytes(path)
+            cache_entry.parse_modules(data, path)
         except (OSError, ValueError):
             continue  # removed meanwhile (the ledger's budget)
         problem = _write_entry(directory, name, data)

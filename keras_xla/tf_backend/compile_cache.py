@@ -39,7 +39,7 @@ import shutil
 
 from keras_xla.core.report import CompileCacheSection
 from keras_xla.tf_backend import cache_entries as entries_lib
-from keras_xla.tf_backend import compile_ledger
+from keras_xla.tf_backend import cache_entry, compile_ledger
 
 CACHE_FLAG = compile_ledger.CACHE_FLAG
 ENTRY_PATTERN = compile_ledger.ENTRY_PATTERN
@@ -164,7 +164,7 @@ def enable_compile_cache(
     aside = tuple(entries_lib.set_aside(directory)) if can_write else ()
     existing = len(cache_entries(directory))
     ledger = compile_ledger.status()
-    if ledger.owned and compile_ledger.in_memory(ledger.directory):
+    if ledger.owned and cache_entry.in_memory(ledger.directory):
         return _mirror(
             directory, existing, aside, ledger.directory, can_write,
             trust_shared,

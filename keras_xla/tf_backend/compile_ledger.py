@@ -42,11 +42,12 @@ import sys
 import tempfile
 import time
 
+from keras_xla.tf_backend import cache_entry
 from keras_xla.tf_backend import flags as flags_lib
+from keras_xla.tf_backend.cache_entry import MEMORY, in_memory, size
 
 CACHE_FLAG = "tf_xla_persistent_cache_directory"
 ENTRY_PATTERN = "xla_compile_cache__*.pb"
-MEMORY = "ram://"
 PREFIX = "keras_xla_ledger_"
 OFF_VARIABLE = "KERAS_XLA_LEDGER"
 # The most the in-memory ledger holds; the oldest entries go first.
@@ -212,11 +213,6 @@ def user_environment(environ=None) -> dict[str, str | None]:
     return values
 
 
-def in_memory(directory: str | None) -> bool:
-    """Whether `directory` is in TensorFlow's in-memory file system."""
-    return bool(directory) and directory.startswith(MEMORY)
-
-
 def stamp(now: float | None = None) -> None:
     """Lists the in-memory ledger: entries not seen before are dated
     `now` (the end of the step call that wrote them); then the oldest
@@ -304,60 +300,14 @@ def entries_between(
     return [path for _, path in sorted(found)]
 
 
-def read_bytes(path: str) -> bytes:
-    """An entry's bytes; a file on disk is read without following a
-    symbolic link. Raises `OSError`."""
-    if in_memory(path):
-        from tensorflow.python.lib.io import file_io
-
-        try:
-            return file_io.read_file_to_string(path, binary_mode=True)
-        except Exception as error:  # noqa: BLE001 - TF's own errors
-            raise OSError(f"cannot read {path}: {error}") from error
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    with os.fdopen(fd, "rb") as f:
-        return f.read()
-
-
-def write_bytes(path: str, data: bytes) -> None:
-    """Writes an in-memory entry. Raises `OSError`."""
-    from tensorflow.python.lib.io import file_io
-
-    try:
-        file_io.recursive_create_dir_v2(path.rsplit("/", 1)[0])
-        file_io.atomic_write_string_to_file(path, data)
-    except Exception as error:  # noqa: BLE001 - TF's own errors
-        raise OSError(f"cannot write {path}: {error}") from error
-
-
-def size(path: str) -> int:
-    """An entry's size in bytes (0 if it is gone)."""
-    try:
-        if in_memory(path):
-            from tensorflow.python.lib.io import file_io
-
-            return file_io.stat(path).length
-        return os.lstat(path).st_size
-    except Exception:  # noqa: BLE001 - removed meanwhile
-        return 0
-
-
 def remove(path: str) -> None:
-    """Removes an entry; one that is already gone is fine."""
+    """Removes an entry (`cache_entry.remove`), keeping `stamp()`'s count
+    true: a removal and a compilation between two stamps would otherwise
+    look like no change."""
     global _LISTED
-    try:
-        if in_memory(path):
-            from tensorflow.python.lib.io import file_io
-
-            file_io.delete_file_v2(path)
-            # Keep `stamp()`'s count true: a removal and a compilation
-            # between two stamps would otherwise look like no change.
-            if _SEEN.pop(path, None) is not None:
-                _LISTED -= 1
-        else:
-            os.remove(path)
-    except Exception:  # noqa: BLE001 - removed meanwhile
-        pass
+    cache_entry.remove(path)
+    if in_memory(path) and _SEEN.pop(path, None) is not None:
+        _LISTED -= 1
 
 
 def remove_stale_ledgers(directory: str | None = None) -> list[str]:
@@ -400,61 +350,3 @@ def _alive(pid: int) -> bool:
     except OSError:
         return True  # exists, owned by someone else
     return True
-
-
-def _fields(data: bytes) -> dict[int, list]:
-    """Top-level fields of a protobuf message: number -> values (bytes for
-    length-delimited fields, ints for varints)."""
-    out: dict[int, list] = {}
-    i, n = 0, len(data)
-    while i < n:
-        key, i = _varint(data, i)
-        number, kind = key >> 3, key & 7
-        if kind == 0:
-            value, i = _varint(data, i)
-        elif kind == 2:
-            size, i = _varint(data, i)
-            value, i = data[i : i + size], i + size
-            if i > n:
-                raise ValueError("truncated protobuf message")
-        elif kind == 1:
-            value, i = data[i : i + 8], i + 8
-        elif kind == 5:
-            value, i = data[i : i + 4], i + 4
-        else:
-            raise ValueError(f"unsupported protobuf wire type {kind}")
-        out.setdefault(number, []).append(value)
-    return out
-
-
-def _varint(data: bytes, i: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        if i >= len(data):
-            raise ValueError("truncated varint")
-        byte = data[i]
-        i += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, i
-        shift += 7
-
-
-def parse_modules(data: bytes, path: str = "entry") -> tuple[bytes, bytes]:
-    """The serialized `(unoptimized, optimized)` `HloModuleProto`s of an
-    entry's bytes; `ValueError` if they are not an entry."""
-    top = _fields(data)
-    try:
-        unoptimized = top[2][0]
-        executable = _fields(top[3][0])
-        optimized = _fields(executable[1][0])[1][0]
-    except (KeyError, IndexError, TypeError) as error:
-        raise ValueError(f"{path} is not an XLA cache entry") from error
-    return unoptimized, optimized
-
-
-def read_modules(path: str) -> tuple[bytes, bytes]:
-    """The serialized `(unoptimized, optimized)` `HloModuleProto`s of one
-    entry; `ValueError` if the file is not an entry, `OSError` if it
-    cannot be read."""
-    return parse_modules(read_bytes(path), path)

@@ -23,7 +23,7 @@ from typing import Any
 from keras_xla.core import findings
 from keras_xla.core.report import HloSection
 from keras_xla.core.signatures import Signature
-from keras_xla.tf_backend import compile_ledger
+from keras_xla.tf_backend import cache_entry, compile_ledger
 from keras_xla.tf_backend import flops as flops_lib
 from keras_xla.tf_backend import hlo as hlo_lib
 
@@ -201,14 +201,14 @@ def _ledger_modules(signature: Signature, compile_log) -> tuple[bytes, bytes]:
     # The call may also have compiled other clusters, and validation the
     # test step for the same shapes; the train step's module is the
     # largest entry.
-    return compile_ledger.read_modules(max(candidates, key=compile_ledger.size))
+    return cache_entry.read_modules(max(candidates, key=cache_entry.size))
 
 
 def _takes_inputs(path: str, shapes) -> bool:
     """Whether the entry's module takes a parameter of each of `shapes`
     (the batch's tensors: the train step's module takes them all)."""
     try:
-        unoptimized, _ = compile_ledger.read_modules(path)
+        unoptimized, _ = cache_entry.read_modules(path)
         module = hlo_lib.parse_hlo_module(unoptimized)
     except Exception:  # noqa: BLE001 - not an entry this can read
         return False
