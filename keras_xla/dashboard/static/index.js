@@ -123,6 +123,11 @@ function verdictCard(view) {
   return card;
 }
 
+// A tick of the log-scale axis: ms below a second, seconds from one on.
+function tick(ms) {
+  return ms >= 1000 ? `${ms / 1000} s` : `${ms} ms`;
+}
+
 // The step-time chart: one point per train call (log scale), a marker per
 // compilation at the step it happened, labelled with its cause.
 function stepChart(view, onSelect) {
@@ -134,9 +139,16 @@ function stepChart(view, onSelect) {
   const x0 = (step) => L + ((W - L - R) * step) / maxStep;
   // Labels above the plot, in as many rows as they need not to overlap.
   const rows = [];
-  const labelRow = marks.map((m) => {
-    const start = x0(m.global_step) + 4;
-    const end = start + 7.2 * markerLabel(m).length;
+  // A label that would run past the plot's right edge goes to the left
+  // of its marker.
+  const flipped = marks.map(
+    (m) => x0(m.global_step) + 4 + 7.2 * markerLabel(m).length > W,
+  );
+  const labelRow = marks.map((m, i) => {
+    const width = 7.2 * markerLabel(m).length;
+    const start = flipped[i] ? x0(m.global_step) - 4 - width
+      : x0(m.global_step) + 4;
+    const end = start + width;
     let row = rows.findIndex((last) => last < start - 6);
     if (row < 0) row = rows.push(0) - 1;
     rows[row] = end;
@@ -164,7 +176,7 @@ function stepChart(view, onSelect) {
       svg("line", { x1: L, x2: W - R, y1: y(10 ** e), y2: y(10 ** e),
         class: "grid" }),
       svg("text", { x: L - 6, y: y(10 ** e) + 4, class: "axis",
-        "text-anchor": "end" }, document.createTextNode(`${10 ** e} ms`)),
+        "text-anchor": "end" }, document.createTextNode(tick(10 ** e))),
     );
   }
   chart.append(
@@ -216,7 +228,9 @@ function stepChart(view, onSelect) {
         ? svg("rect", { x: mx - 5, y: T - 11, width: 10, height: 10,
           transform: `rotate(45 ${mx} ${T - 6})`, class: "head" })
         : svg("circle", { cx: mx, cy: T - 6, r: 6, class: "head" }),
-      svg("text", { x: mx + 4, y: top, class: "marker-label" },
+      svg("text", { x: flipped[i] ? mx - 4 : mx + 4, y: top,
+        class: "marker-label",
+        "text-anchor": flipped[i] ? "end" : "start" },
         document.createTextNode(markerLabel(m))),
     );
     g.append(svg("title", {}, document.createTextNode(markerText(m))));
