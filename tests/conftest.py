@@ -36,6 +36,23 @@ def profiled(tmp_path):
     return run
 
 
+@pytest.fixture
+def epoch_records(monkeypatch):
+    """A list that receives, per finished epoch, the train records the
+    accountant built the epoch's figures from."""
+    from keras_xla.core import accounting
+
+    taken = []
+    finish = accounting.Accountant.finish_epoch
+
+    def keep_records(self, records):
+        taken.append(list(records))
+        return finish(self, records)
+
+    monkeypatch.setattr(accounting.Accountant, "finish_epoch", keep_records)
+    return taken
+
+
 def conv_model(steps_per_execution=1, jit_compile="auto"):
     import keras
 

@@ -501,14 +501,12 @@ def test_second_tuner_on_one_fit_stands_aside_and_says_so(profiled):
 
 
 def test_no_spike_without_a_compilation_over_three_epochs(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, epoch_records
 ):
     # Keras's work after an epoch's last call (the end of the data, the
     # next epoch's iterator, the epoch's metrics) is not that step's
     # time. Planted: 0.2 s more of it, 100x a step here.
     import time
-
-    from keras_xla.core import accounting
 
     trainer = type(conv_model())
     metrics_result = trainer._get_metrics_result_or_logs
@@ -518,14 +516,7 @@ def test_no_spike_without_a_compilation_over_three_epochs(
         return metrics_result(self, logs)
 
     monkeypatch.setattr(trainer, "_get_metrics_result_or_logs", slow_epoch_end)
-    taken = []
-    finish = accounting.Accountant.finish_epoch
-
-    def keep_records(self, records):
-        taken.append(list(records))
-        return finish(self, records)
-
-    monkeypatch.setattr(accounting.Accountant, "finish_epoch", keep_records)
+    taken = epoch_records
     x, y = regression_data(32 * 20)
     log_dir = str(tmp_path / "logs")
     tuner = XLATuner(log_dir=log_dir, verbose=0, analyze_hlo=False)

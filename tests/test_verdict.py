@@ -209,23 +209,17 @@ def test_partial_batches_cost_seconds_in_next_steps():
 
 
 @pytest.mark.parametrize("jit", [False, True])
-def test_steady_figures_follow_one_rule_with_and_without_xla(jit, monkeypatch):
+def test_steady_figures_follow_one_rule_with_and_without_xla(
+    jit, epoch_records
+):
     # The first call (tracing; compiling with XLA) is out of the steady
     # figures either way, and examples/s and the median come from the
     # same steady steps. Asserted on the records the epoch was built
     # from, not on the machine's speed (a busy machine skews a mean
     # against a median).
-    from keras_xla.core import accounting
     from keras_xla.core.timing import ms, percentile
 
-    taken = []
-    finish = accounting.Accountant.finish_epoch
-
-    def keep_records(self, records):
-        taken.append(list(records))
-        return finish(self, records)
-
-    monkeypatch.setattr(accounting.Accountant, "finish_epoch", keep_records)
+    taken = epoch_records
     x, y = regression_data(32 * 60)
     tuner = XLATuner(
         verbose=0, analyze_hlo=False, jit_compile=jit, baseline=False
