@@ -25,8 +25,8 @@ import warnings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402
 import numpy as np  # noqa: E402
+from report_example import tiny_model  # noqa: E402
 
 from keras_xla import XLATuner  # noqa: E402
 
@@ -36,16 +36,7 @@ OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def train(log_dir: str, whole_batches: bool) -> None:
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential(
-        [
-            keras.Input((16, 4)),
-            keras.layers.Conv1D(8, 3),
-            keras.layers.GlobalAveragePooling1D(),
-            keras.layers.Dense(1),
-        ]
-    )
-    model.compile("adam", "mse")
+    model = tiny_model()
     rng = np.random.default_rng(0)
     # 13 steps an epoch: 12 batches of 16 and a partial one of 8, enough
     # for the tuner's no-XLA baseline window.

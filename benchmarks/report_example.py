@@ -21,7 +21,8 @@ from keras_xla import XLATuner  # noqa: E402
 from keras_xla.cli import main as cli_main  # noqa: E402
 
 
-def train(log_dir, jit):
+def tiny_model():
+    """The small Conv1D model of the README's examples (seeded)."""
     keras.utils.set_random_seed(0)
     model = keras.Sequential(
         [
@@ -32,6 +33,11 @@ def train(log_dir, jit):
         ]
     )
     model.compile("adam", "mse")
+    return model
+
+
+def train(log_dir, jit):
+    model = tiny_model()
     rng = np.random.default_rng(0)
     x = rng.random((70, 16, 4), dtype=np.float32)
     y = rng.random((70, 1), dtype=np.float32)
