@@ -17,7 +17,6 @@ from keras.src.utils import io_utils
 
 from keras_xla.core import findings as codes
 from keras_xla.core.report import XLAReport
-from keras_xla.fit_run import FitRun
 from keras_xla.settings import (
     Settings,
     as_int,
@@ -31,6 +30,9 @@ from keras_xla.tf_backend.profiler import on_error
 from keras_xla.tf_backend.unsupported import XLAUnsupportedOpError
 
 logger = logging.getLogger(__name__)
+# Keras's JAX backend has its own owner (keras_xla.jax_backend); the
+# TensorFlow one is imported only on TensorFlow.
+_JAX = keras.backend.backend() == "jax"
 
 
 class XLATuner(keras.callbacks.Callback):
@@ -248,10 +250,10 @@ class XLATuner(keras.callbacks.Callback):
         self.mixed_precision = mixed_precision
         # A bad TF_XLA_FLAGS/XLA_FLAGS aborts the process at the first XLA
         # use; say so now, in words.
-        self._flag_problems = flags_lib.check_flags()
+        self._flag_problems = [] if _JAX else flags_lib.check_flags()
         if self._flag_problems and self.strict:
             flags_lib.validate_flags()
-        if self.strict and flag_guard.strict_error():
+        if self.strict and not _JAX and flag_guard.strict_error():
             raise ValueError(flag_guard.strict_error())
         self.jit_compile = jit_compile
         self.verbose = verbose
@@ -261,11 +263,16 @@ class XLATuner(keras.callbacks.Callback):
         if compile_cache is not None:
             # Now, not in on_train_begin: TensorFlow reads the flag at the
             # first XLA compilation of the process.
-            self._cache_status = cache_lib.enable_compile_cache(
+            enable = cache_lib.enable_compile_cache
+            if _JAX:
+                from keras_xla.jax_backend import compile_cache as jax_cache
+
+                enable = jax_cache.enable_compile_cache
+            self._cache_status = enable(
                 compile_cache, trust_shared=bool(trust_shared_cache)
             )
             self.compile_cache = self._cache_status.directory
-        self._run: FitRun | None = None
+        self._run = None  # the fit's owner
         self._report = XLAReport()
 
     @property
@@ -301,6 +308,10 @@ class XLATuner(keras.callbacks.Callback):
             # interrupt in Keras's own loop): end it now.
             self._guarded("on_train_begin", stale.interrupted)
         # A new owner per fit: instances can be re-used.
+        if _JAX:
+            from keras_xla.jax_backend.fit_run import JaxFitRun as FitRun
+        else:
+            from keras_xla.fit_run import FitRun
         self._run = FitRun(
             self._settings(), self.model, self.params, self._previous_trial
         )

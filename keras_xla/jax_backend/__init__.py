@@ -1,0 +1,8 @@
+"""What needs JAX: the tuner on Keras's JAX backend.
+
+Beside `tf_backend/`, on the same `core/`: JAX's own monitoring events
+count the compilations (`compile_events`), a tap on the data iterator
+reads each batch's signature (`tap`), and `fit_run.JaxFitRun` owns a fit
+as `keras_xla.fit_run.FitRun` does on TensorFlow. Nothing here imports
+TensorFlow.
+"""

@@ -1,0 +1,134 @@
+"""The JAX side of a fit's setup: the environment, whether the step is
+jit-compiled and why not, and what stays a TensorFlow feature."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from keras_xla.core import findings as codes
+from keras_xla.core.report import JitInfo
+
+AUTO = "auto"
+# Arguments whose TensorFlow machinery has no JAX counterpart yet.
+AUTO_TF_ONLY = (
+    "XLATuner(jit_compile='auto') and mixed_precision='auto' (the live "
+    "XLA/precision trial) run on the TensorFlow backend only for now; on "
+    "JAX the fit trains with the model's own setting"
+)
+AUTO_FIX = (
+    "Pass jit_compile=True (the default) or False; the verdict's no-XLA "
+    "baseline still says whether XLA pays off."
+)
+
+
+def describe_environment(model: Any) -> dict:
+    """Versions, devices, distribution and policy, for the report."""
+    import jax
+    import jaxlib
+    import keras
+
+    devices = jax.devices()
+    distribution = keras.distribution.distribution()
+    return {
+        "backend": "jax",
+        "keras": keras.__version__,
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "tensorflow": None,
+        "devices": [str(d) for d in devices],
+        "platform": devices[0].platform if devices else None,
+        "strategy": type(distribution).__name__ if distribution else None,
+        "policy": model.dtype_policy.name,
+    }
+
+
+def device_count() -> int:
+    """Devices a `keras.distribution` spreads the batch over (1 without
+    one)."""
+    import keras
+
+    distribution = keras.distribution.distribution()
+    if distribution is None:
+        return 1
+    mesh = getattr(distribution, "device_mesh", None)
+    shape = getattr(mesh, "shape", None)
+    if not shape:
+        return 1
+    count = 1
+    for size in shape:
+        count *= int(size)
+    return count
+
+
+def configure_jit(
+    model: Any, requested: bool | None
+) -> tuple[JitInfo, tuple | None, bool]:
+    """Sets `model.jit_compile` to `requested` (None: the model's own).
+
+    Returns the `JitInfo`, the `(code, message, fix)` finding when XLA is
+    off although asked for (or None), and whether the setting changed (the
+    step functions must then be rebuilt).
+    """
+    before = bool(model.jit_compile)
+    if requested is not None and bool(requested) != before:
+        model.jit_compile = bool(requested)
+    enabled = bool(model.jit_compile) and not model.run_eagerly
+    changed = bool(model.jit_compile) != before
+    finding = None
+    if requested and not enabled:
+        if model.run_eagerly:
+            finding = (
+                codes.JIT_DISABLED_RUN_EAGERLY,
+                "XLA is off: the model was compiled with run_eagerly=True, "
+                "so Keras runs the JAX step op by op.",
+                "Compile the model with run_eagerly=False.",
+            )
+        else:
+            layers = [
+                layer.name
+                for layer in model._flatten_layers()
+                if not getattr(layer, "supports_jit", True)
+            ]
+            finding = (
+                codes.JIT_DISABLED_BY_LAYER,
+                "XLA is off: Keras keeps jit_compile off because these "
+                f"layers do not support it: {', '.join(layers) or '?'}.",
+                "Move those layers into the input pipeline, or replace "
+                "them with layers that support XLA.",
+            )
+    if enabled:
+        reason = "Keras's JAX trainer jit-compiles the whole step."
+    elif finding is not None:
+        reason = finding[1]
+    else:
+        reason = "jit_compile is off: the step runs op by op."
+    return JitInfo(requested, enabled, reason), finding, changed
+
+
+def tf_only_findings(model: Any, settings: Any) -> list[tuple]:
+    """`(code, message, fix, place)` for what stays TensorFlow's."""
+    out = []
+    if AUTO in (settings.jit_compile, settings.mixed_precision):
+        out.append((codes.TRIAL_SKIPPED, AUTO_TF_ONLY + ".", AUTO_FIX, ()))
+    if getattr(model, "_keras_xla_native_probe", False):
+        out.append(
+            (
+                codes.TUNER_ERROR,
+                "keras_xla.XLAModel is a TensorFlow feature: on JAX it "
+                "trains as a plain keras.Model.",
+                "Use keras.Model on JAX (Keras's JAX trainer already "
+                "compiles the whole step).",
+                ("XLAModel",),
+            )
+        )
+    if settings.profile_steps:
+        out.append(
+            (
+                codes.PROFILER_BUSY,
+                "profile_steps uses TensorFlow's profiler: no trace was "
+                "taken on JAX.",
+                "Use jax.profiler.trace(log_dir) around the steps to trace.",
+                ("jax",),
+            )
+        )
+    return out

@@ -1,0 +1,403 @@
+"""JaxFitRun: the one owner of a `fit`'s state on Keras's JAX backend.
+
+The tuner's hooks call it as they call `keras_xla.fit_run.FitRun` on
+TensorFlow (the same method names). Data flows one way: batch -> tap ->
+step records with JAX's compile events -> accounting (`core/`) -> epoch
+statistics -> report, verdict -> JSON, TensorBoard (without TensorFlow),
+the summary.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import weakref
+from typing import Any
+
+from keras_xla.core import findings as codes
+from keras_xla.core import render
+from keras_xla.core import report as report_lib
+from keras_xla.core import verdict as verdict_lib
+from keras_xla.core.findings import FindingBook
+from keras_xla.core.timing import steady_signature
+from keras_xla.fit_outputs import FitOutputs
+from keras_xla.jax_backend import baseline as baseline_lib
+from keras_xla.jax_backend import environment, hlo
+from keras_xla.jax_backend.accounting import MeasuredAccountant
+from keras_xla.jax_backend.compile_events import CompileEvents
+from keras_xla.jax_backend.step_log import JaxStepLog, tracker_of
+from keras_xla.jax_backend.summaries import JaxSummaryWriter
+from keras_xla.jax_backend.tap import StepTap, untapped
+from keras_xla.tf_backend import summaries
+
+logger = logging.getLogger(__name__)
+
+# Step functions built for a model's XLA setting, kept across fits so a
+# second fit with the same setting compiles nothing again (a rebuilt
+# `jax.jit` compiles every shape afresh).
+_BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+class JaxFitRun:
+    """The state of one `fit` on JAX and what the tuner does with it.
+
+    Args:
+        settings: The tuner's checked arguments.
+        model: The model being fit.
+        params: Keras's callback params (`steps`, `epochs`).
+        previous_trial: Unused on JAX (the trial is TensorFlow's);
+            passed through as `trial_result`.
+    """
+
+    def __init__(
+        self,
+        settings: Any,
+        model: Any,
+        params: dict | None,
+        previous_trial: tuple | None = None,
+    ) -> None:
+        self.settings = settings
+        self.model = model
+        self.params = params or {}
+        self.report = report_lib.XLAReport()
+        self.book = FindingBook(self.report.findings)
+        self.accountant = MeasuredAccountant(self.report, self.book)
+        self.trial_result = previous_trial
+        self.active = False
+        self.outputs = FitOutputs(settings, self.report, self.book)
+        if self.outputs.writer is not None:
+            self.outputs.writer = JaxSummaryWriter(settings.log_dir)
+        self.events = CompileEvents()
+        self.tap = StepTap(self.events)
+        self.log: JaxStepLog | None = None
+        self.baseline: baseline_lib.BaselineWindows | None = None
+        self._user: dict[str, Any] = {}
+        self._no_jit = None
+        self._jit_train = None
+        self._train_calls = 0
+        self._epoch_open = False
+        self._testing = False
+        self._hlo_done = False
+        self._epoch_cache = [0, 0]  # hits, misses
+
+    # The fit's start and end.
+
+    def begin(self) -> None:
+        s, model = self.settings, self.model
+        self.events.install()
+        self._user = {
+            "jit_compile": model.jit_compile,
+            "train_function": model.train_function,
+            "test_function": model.test_function,
+        }
+        self.report.environment = environment.describe_environment(model)
+        requested = None if s.jit_compile == environment.AUTO else s.jit_compile
+        info, finding, changed = environment.configure_jit(model, requested)
+        self.report.jit = info
+        if finding is not None:
+            if s.strict and s.jit_compile is True:
+                raise ValueError(f"XLA cannot be enabled: {finding[1]}")
+            self.book.add(*finding)
+        for code, message, fix, place in environment.tf_only_findings(model, s):
+            self.book.add(code, message, fix, place)
+        if changed or model.train_function is None:
+            self._build_functions()
+        if model.test_function is None:
+            model.make_test_function()
+        if s.cache_status is not None:
+            self._start_cache(s.cache_status)
+        spe = int(model.steps_per_execution or 1)
+        self.log = JaxStepLog(spe, self.tap, tracker_of(model))
+        self.tap.error_handler = self._step_failed
+        self._jit_train = untapped(model.train_function)
+        jit_on = info.enabled
+        self.baseline, section = baseline_lib.plan(
+            bool(s.baseline), jit_on, self.params.get("steps"), spe
+        )
+        self.report.baseline = section
+        if self.baseline is not None:
+            try:
+                self._no_jit = baseline_lib.build_no_jit(model)
+            except Exception as error:  # noqa: BLE001
+                self.baseline = None
+                self.report.baseline = report_lib.BaselineSection(
+                    reason=f"the no-XLA step could not be built: {error}"
+                )
+        model.train_function = self.tap.wrap("train", model.train_function)
+        model.test_function = self.tap.wrap("test", model.test_function)
+        self.active = True
+
+    def _build_functions(self) -> None:
+        """The step functions of the model's XLA setting: built once per
+        model and setting, then reused by later fits."""
+        model = self.model
+        key = (bool(model.jit_compile), int(model.steps_per_execution or 1))
+        try:
+            built = _BUILT.setdefault(model, {})
+        except TypeError:
+            built = {}
+        if key not in built:
+            model.make_train_function(force=True)
+            model.make_test_function(force=True)
+            built[key] = (model.train_function, model.test_function)
+        model.train_function, model.test_function = built[key]
+
+    def _start_cache(self, status) -> None:
+        self.report.compile_cache = report_lib.CompileCacheSection(
+            directory=status.directory,
+            active=status.active,
+            entries_at_start=status.entries,
+        )
+        if status.untrusted:
+            self.book.add(
+                codes.COMPILE_CACHE_UNTRUSTED,
+                status.message,
+                f"Use a directory only you can write (chmod go-w "
+                f"{status.directory}), or pass "
+                "XLATuner(trust_shared_cache=True) if you trust everyone "
+                "who can write it.",
+            )
+        elif not status.active:
+            self.book.add(
+                codes.COMPILE_CACHE_INACTIVE,
+                status.message,
+                "Pass compile_cache a directory you can create.",
+            )
+        elif not status.persist:
+            self.book.add(
+                codes.COMPILE_CACHE_READ_ONLY,
+                status.message,
+                f"Make {status.directory} writable to save new entries.",
+            )
+
+    def end(self) -> str | None:
+        """Ends the fit; returns the summary text (None if inactive)."""
+        if not self.active:
+            return None
+        self.active = False
+        try:
+            self.log.close()
+            self._outside("at the end of the fit")
+        finally:
+            self.events.remove()
+            self._leave_model()
+        self.report.verdict = verdict_lib.build(self.report)
+        self.outputs.write()
+        return render.summary(self.report)
+
+    def _leave_model(self) -> None:
+        """The step functions untapped; the user's XLA setting and
+        functions back unless `keep`."""
+        model = self.model
+        model.train_function = self._jit_train or untapped(model.train_function)
+        model.test_function = untapped(model.test_function)
+        keep = bool(self.settings.keep)
+        if not keep and self._user:
+            if bool(self._user["jit_compile"]) != bool(model.jit_compile):
+                model.jit_compile = self._user["jit_compile"]
+                model.train_function = self._user["train_function"]
+                model.test_function = self._user["test_function"]
+        if self.report.jit is not None:
+            self.report.jit.kept = keep
+
+    def interrupted(self) -> None:
+        """The fit raised: the steps so far are accounted, the model put
+        back and the report written."""
+        if not self.active:
+            return
+        try:
+            if self._testing:
+                self.test_end()
+            self.epoch_end(self.accountant.epoch, interrupted=True)
+        finally:
+            self.end()
+
+    def _step_failed(self, function: str, error: Exception) -> None:
+        """A step function raised inside the fit: the indivisible batch
+        of a `keras.distribution` gets its finding and fix."""
+        if "Indivisible" in type(error).__name__ or "divisible" in str(error):
+            devices = environment.device_count()
+            self.book.add(
+                codes.PARTIAL_LAST_BATCH,
+                f"{function}: a batch does not divide over the {devices} "
+                "devices of the keras.distribution, so Keras's data "
+                f"iterator failed ({type(error).__name__}: {error}). A "
+                "partial last batch is the usual cause.",
+                "Make every batch a multiple of the device count: batch "
+                "with drop_remainder=True, or pick a dataset size and "
+                f"batch size divisible by {devices}.",
+                (function, "indivisible"),
+            )
+
+    # Per step: two clock reads.
+
+    def step_begin(self, function: str, batch: int) -> None:
+        now = time.perf_counter()
+        if not self.active:
+            return
+        if function == "train" and self.baseline is not None:
+            self._baseline_switch()
+        self.log.begin(function, batch, now)
+
+    def _baseline_switch(self) -> None:
+        call, windows = self._train_calls, self.baseline
+        self._train_calls += 1
+        if windows.done(call) and self._no_jit is None:
+            return
+        side = windows.side(call)
+        fn = self._no_jit if side == baseline_lib.NO_XLA else self._jit_train
+        if fn is not None and untapped(self.model.train_function) is not fn:
+            self.model.train_function = self.tap.wrap("train", fn)
+        if windows.done(call):
+            self._no_jit = None  # XLA from now on
+
+    def step_end(self) -> None:
+        if self.active:
+            self.log.end(time.perf_counter())
+
+    # Epochs and validation runs.
+
+    def epoch_begin(self, epoch: int) -> None:
+        if self.active:
+            self._outside(f"before epoch {epoch}")
+        self.accountant.start_epoch(epoch)
+        self._epoch_open = True
+        self._epoch_cache = [0, 0]
+
+    def _outside(self, when: str) -> None:
+        found = self.log.drain()
+        for entry in found:
+            entry["found"] = when
+        self.report.outside_compilations.extend(found)
+
+    def test_begin(self) -> None:
+        if self.active:
+            self._testing = True
+            self.log.close()
+            self.log.collect("train")
+
+    def test_end(self) -> None:
+        self._testing = False
+        if not self.active:
+            return
+        records = self.log.take("test")
+        self._tally_cache(records)
+        train_so_far = self.log.collect("train")
+        self.accountant.finish_run("test", records, train_so_far)
+
+    def _tally_cache(self, records) -> None:
+        self._epoch_cache[0] += sum(r.cache_hits for r in records)
+        self._epoch_cache[1] += sum(len(r.new) for r in records)
+
+    def epoch_end(
+        self, epoch: int, interrupted: bool = False
+    ) -> dict[str, float] | None:
+        """Closes the open epoch, once: its stats, checks and outputs.
+        Returns the epoch's `xla/*` figures, or None."""
+        if not self.active or not self._epoch_open:
+            return None
+        records = self.log.take("train")
+        self._epoch_open = False
+        if interrupted and not records:
+            return None
+        self._tally_cache(records)
+        if self.baseline is not None and epoch == 0:
+            self._finish_baseline(records)
+        stats = self.accountant.finish_epoch(records)
+        stats.jit_compile = bool(self.report.jit and self.report.jit.enabled)
+        stages = [self._label_cache, self._check, self._conclude]
+        if interrupted:
+            stages.remove(self._check)
+        for stage in stages:
+            self.outputs.safely(stage.__name__, stage, stats, records)
+        self.outputs.write(stats, records)
+        figures = summaries.epoch_scalars(stats, self.report.hlo)
+        return {k: v for k, v in figures.items() if v is not None}
+
+    def _finish_baseline(self, records) -> None:
+        windows, self.baseline = self.baseline, None
+        if self._no_jit is not None:  # the epoch ended inside the windows
+            self.model.train_function = self.tap.wrap("train", self._jit_train)
+            self._no_jit = None
+        spe = int(self.model.steps_per_execution or 1)
+        self.report.baseline = windows.section(records, spe)
+        for record in records:
+            call = record.first_step // spe
+            if windows.side(call) == baseline_lib.NO_XLA:
+                record.warmup = True  # not XLA's steady step
+
+    def _label_cache(self, stats, records) -> None:
+        section = self.report.compile_cache
+        if section is None or not section.active:
+            return
+        hits, misses = self._epoch_cache
+        stats.compile_cache_hits, stats.compile_cache_misses = hits, misses
+        section.hits += hits
+        section.misses += misses
+        for compilation in self.report.compile_log:
+            if compilation.epoch == stats.epoch and compilation.cache is None:
+                compilation.cache = "miss"
+        hit_s = [r.hit_seconds / r.cache_hits for r in records if r.cache_hits]
+        if hit_s:
+            section.hit_median_seconds = round(
+                sorted(hit_s)[len(hit_s) // 2], 4
+            )
+        compiled = [c.compile_seconds for c in self.report.compile_log]
+        if compiled:
+            section.miss_median_seconds = round(
+                sorted(compiled)[len(compiled) // 2], 4
+            )
+
+    def _check(self, stats, records) -> None:
+        s = self.settings
+        if self._hlo_done or not s.analyze_hlo or not self.report.jit.enabled:
+            return
+        self._hlo_done = True
+        sig = steady_signature(records)
+        jitted = hlo.jitted_step(self.model)
+        data = self.tap.examples.get(sig) if sig is not None else None
+        if jitted is None or data is None:
+            self.book.add(
+                codes.HLO_ANALYSIS_OFF,
+                "The HLO analysis found no jitted train step (or no batch "
+                "of its steady shapes) on the model.",
+                "Nothing to do; pass analyze_hlo=False to skip it.",
+            )
+            return
+        before = self.events.pending("train")
+        shapes = {t.path: list(t.shape) for t in sig.tensors}
+        try:
+            section, _ = hlo.analyze(
+                jitted,
+                hlo.state_specs(self.model, environment.device_count() > 1),
+                data,
+                stats.epoch,
+                shapes,
+            )
+        except Exception as error:  # noqa: BLE001 - a diagnostic
+            self.book.add(
+                codes.HLO_ANALYSIS_FAILED,
+                f"The HLO analysis failed: {type(error).__name__}: {error}",
+                "Nothing to do; pass analyze_hlo=False to skip it.",
+            )
+            return
+        extra = self.events.take("train")[before:]
+        if extra:
+            section.source = "compiled again"
+            self.report.outside_compilations.append(
+                {
+                    "function": "train",
+                    "shapes": shapes,
+                    "compilations": len(extra),
+                    "found": "the HLO analysis",
+                }
+            )
+        median = stats.step_time_ms["median"]
+        if median and section.flops_per_step:
+            section.achieved_tflops = round(
+                section.flops_per_step / (median / 1000.0) / 1e12, 6
+            )
+        self.report.hlo = section
+
+    def _conclude(self, stats, records) -> None:
+        self.report.verdict = verdict_lib.build(self.report)

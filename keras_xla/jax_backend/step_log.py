@@ -1,0 +1,167 @@
+"""JaxStepLog: a fit's step calls on JAX, as step records.
+
+The timer (`core.timing.StepTimer`) stamps each call from the batch-begin
+hooks; the tap (`tap.StepTap`) gives the same calls' batch signatures and
+the compile events JAX reported inside them. Paired in order, they make
+`StepRecord`s whose compilations are JAX's own events, not inferred: each
+event of the step function is matched to the next step of the call whose
+signature the function had not run before. An event with no such step
+compiled known shapes again (the step function was rebuilt: a retrace);
+a new signature with no event was compiled before (an earlier fit, or
+the persistent cache's hit).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from typing import Any
+
+from keras_xla.core.signatures import Signature, SignatureTracker
+from keras_xla.core.timing import StepRecord, StepTimer
+from keras_xla.jax_backend.tap import StepTap, TapCall
+
+# A model's compiled signatures outlive a fit: JAX keeps the compiled
+# step on the model's train function across fits.
+_TRACKERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def tracker_of(model: Any) -> SignatureTracker:
+    """The model's `SignatureTracker`, kept across fits."""
+    try:
+        return _TRACKERS.setdefault(model, SignatureTracker())
+    except TypeError:  # not weak-referenceable: per fit
+        return SignatureTracker()
+
+
+@dataclasses.dataclass
+class JaxStepRecord(StepRecord):
+    """A `StepRecord` with what JAX measured.
+
+    Attributes:
+        measured: JAX's seconds of each compilation in the call.
+        cache_hits: Persistent-cache hits in the call (no compilation).
+        hit_seconds: JAX's seconds of loading those hits.
+    """
+
+    measured: list = dataclasses.field(default_factory=list)
+    cache_hits: int = 0
+    hit_seconds: float = 0.0
+
+
+class JaxStepLog:
+    """The timed, tapped calls of the train and test functions.
+
+    Args:
+        steps_per_call: `steps_per_execution`.
+        tap: The fit's tap on the step functions.
+        tracker: The model's compiled signatures.
+        counting: Whether the step is jit-compiled (events are counted).
+    """
+
+    def __init__(
+        self,
+        steps_per_call: int,
+        tap: StepTap,
+        tracker: SignatureTracker,
+    ) -> None:
+        self.tap = tap
+        self.tracker = tracker
+        self.timer = StepTimer(steps_per_call, 1 << 30)
+        self.records: dict[str, list[StepRecord]] = {"train": [], "test": []}
+        self._retraces: dict[str, int] = {"train": 0, "test": 0}
+
+    def begin(self, function: str, batch: int, now: float) -> None:
+        self.timer.begin(function, batch, now)
+        self.tap.arm(function)
+
+    def end(self, now: float) -> None:
+        self.timer.end(now)
+
+    def close(self, now: float | None = None) -> None:
+        self.timer.close(now)
+
+    def collect(self, function: str) -> list[StepRecord]:
+        """Turns `function`'s pending calls into records; returns all of
+        its records so far."""
+        timed = self.timer.flush(function)
+        calls = self.tap.take(function)
+        records = []
+        for i, record in enumerate(timed):
+            call = calls[i] if i < len(calls) else TapCall(function)
+            new = JaxStepRecord(**dataclasses.asdict(record))
+            new.signatures = [(s,) for s in call.signatures]
+            self._detect(function, new, call.events)
+            if new.signatures or new.measured:
+                records.append(new)
+        self.records[function].extend(records)
+        return self.records[function]
+
+    def take(self, function: str) -> list[StepRecord]:
+        """Closes and collects `function`, and hands over its records."""
+        self.close()
+        self.collect(function)
+        records, self.records[function] = self.records[function], []
+        return records
+
+    def _detect(self, function: str, record: JaxStepRecord, events) -> None:
+        """Marks the call's compilations (`record.new`) from its events."""
+        tracker = self.tracker
+        fresh = []
+        for j, (sig,) in enumerate(record.signatures):
+            if tracker.observe(function, sig):
+                fresh.append(j)
+        for event in events:
+            if event.cache_hit:
+                record.cache_hits += 1
+                record.hit_seconds += event.seconds
+                if fresh:
+                    fresh.pop(0)
+                continue
+            if fresh:
+                j = fresh.pop(0)
+                compiled = tracker.compiled(function)
+                sig = record.signatures[j][0]
+                before = compiled[: compiled.index(sig)]
+            else:
+                j = max(len(record.signatures) - 1, 0)
+                if not record.signatures:
+                    record.signatures = [(Signature(0, ()),)]
+                self._retraces[function] += 1
+                old = record.signatures[j][0]
+                sig = Signature(self._retraces[function], old.tensors)
+                before = tracker.compiled(function)
+                tracker.observe(function, sig)
+                record.signatures[j] = (sig,)
+            record.new.append((j, 0))
+            record.previous[j, 0] = before
+            record.measured.append(event.seconds)
+
+    def drain(self) -> list[dict]:
+        """Calls of the step functions outside the fit's steps (a
+        callback's `evaluate`): their compilations, as report entries."""
+        found = []
+        for call in self.tap.take_outside():
+            for sig in call.signatures:
+                self.tracker.observe(call.function, sig)
+            compiled = [e for e in call.events if not e.cache_hit]
+            if compiled:
+                found.append(
+                    {
+                        "function": call.function,
+                        "shapes": {
+                            t.path: list(t.shape)
+                            for t in (
+                                call.signatures[0].tensors
+                                if call.signatures
+                                else ()
+                            )
+                        },
+                        "compilations": len(compiled),
+                        "compile_seconds": round(
+                            sum(e.seconds for e in compiled), 4
+                        ),
+                        "found": "outside the fit's steps",
+                    }
+                )
+        return found

@@ -1,0 +1,194 @@
+"""The iterator tap: every batch's shapes, as the compiled step sees them.
+
+Keras's JAX trainer calls `model.train_function(state, iterator)` (and
+`test_function`) and the step pulls its batch (or `steps_per_execution`
+batches) from the iterator. The tap wraps the function and hands it an
+iterator that notes each batch's signature on the way: the readable path
+of every input (`x`, `x/tokens`, `y`, `sample_weight`), its shape and its
+dtype canonicalized as JAX does before compiling (int64 -> int32 and
+float64 -> float32 without `jax_enable_x64`), so host data of a wider
+dtype is not taken for a new signature. Each call of the function is one
+`TapCall`: its steps' signatures and the compile events JAX reported
+inside it (they fire synchronously in the call).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import numpy as np
+
+from keras_xla.core.signatures import Signature, TensorSignature
+from keras_xla.jax_backend.compile_events import CompileEvents
+
+_TOP_LEVEL_NAMES = ("x", "y", "sample_weight")
+FUNCTIONS = ("train", "test")
+
+
+def flatten_with_paths(data: Any) -> list[tuple[str, Any]]:
+    """A batch as `(path, array)` pairs with readable paths: a Keras batch
+    `(x, y, sample_weight)` gives `x`, `y`, `sample_weight`; nested
+    structures add `/key` or `/index` (`x/tokens`, `x/0`)."""
+    if isinstance(data, tuple) and 1 <= len(data) <= 3:
+        top = list(zip(_TOP_LEVEL_NAMES, data))
+    else:
+        top = [("x", data)]
+    out: list[tuple[str, Any]] = []
+    for name, value in top:
+        _walk(name, value, out)
+    return out
+
+
+def _walk(path: str, value: Any, out: list) -> None:
+    if value is None:
+        return
+    if isinstance(value, dict):
+        for key in sorted(value, key=str):
+            _walk(f"{path}/{key}", value[key], out)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _walk(f"{path}/{i}", item, out)
+    elif hasattr(value, "shape") and hasattr(value, "dtype"):
+        out.append((path, value))
+
+
+@functools.lru_cache(maxsize=64)
+def canonical_dtype(dtype: Any) -> str:
+    """The dtype JAX compiles for an input of `dtype` (its name)."""
+    import jax
+
+    return np.dtype(jax.dtypes.canonicalize_dtype(dtype)).name
+
+
+def signature_of(data: Any, trace: int = 0) -> Signature:
+    """The signature a batch compiles on (see the module docstring)."""
+    return Signature(
+        trace,
+        tuple(
+            TensorSignature(
+                path, tuple(int(d) for d in a.shape), canonical_dtype(a.dtype)
+            )
+            for path, a in flatten_with_paths(data)
+        ),
+    )
+
+
+@dataclasses.dataclass
+class TapCall:
+    """One call of a tapped step function.
+
+    Attributes:
+        function: `"train"` or `"test"`.
+        signatures: One signature per batch the call pulled.
+        events: JAX's compile events of the step function in the call.
+        hooked: Whether a batch-begin hook announced the call (else it ran
+            outside the fit's own steps: a callback's `evaluate`).
+        error: The exception that ended the call, if any (its name).
+    """
+
+    function: str
+    signatures: list = dataclasses.field(default_factory=list)
+    events: list = dataclasses.field(default_factory=list)
+    hooked: bool = True
+    error: str | None = None
+
+
+class _TappedIterator:
+    """Passes batches through, noting each one's signature."""
+
+    __slots__ = ("_iterator", "_call", "_tap")
+
+    def __init__(self, iterator: Any, call: TapCall, tap: StepTap) -> None:
+        self._iterator, self._call, self._tap = iterator, call, tap
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        data = next(self._iterator)
+        sig = signature_of(data)
+        self._call.signatures.append(sig)
+        self._tap.note_batch(self._call.function, sig, data)
+        return data
+
+
+class StepTap:
+    """Wraps a model's train and test functions for one fit.
+
+    Args:
+        events: The fit's compile events (taken at the end of each call).
+    """
+
+    def __init__(self, events: CompileEvents) -> None:
+        self.events = events
+        self.calls: dict[str, list[TapCall]] = {f: [] for f in FUNCTIONS}
+        self.outside: list[TapCall] = []
+        self._armed = dict.fromkeys(FUNCTIONS, 0)
+        # A batch of each signature (its specs), for the HLO analysis.
+        self.examples: dict[Signature, Any] = {}
+        self.error_handler = None  # called with (function, exception)
+
+    def arm(self, function: str) -> None:
+        """A batch-begin hook announced a call of `function`."""
+        self._armed[function] += 1
+
+    def note_batch(self, function: str, sig: Signature, data: Any) -> None:
+        if sig not in self.examples and len(self.examples) < 64:
+            self.examples[sig] = _specs(data)
+
+    def wrap(self, function: str, fn: Any) -> Any:
+        """`fn` (a Keras `train_function`/`test_function`) tapped."""
+        if getattr(fn, "_keras_xla_tapped", None) is not None:
+            fn = fn._keras_xla_tapped
+
+        def tapped(state, iterator):
+            hooked = self._armed[function] > 0
+            if hooked:
+                self._armed[function] -= 1
+            call = TapCall(function, hooked=hooked)
+            try:
+                return fn(state, _TappedIterator(iterator, call, self))
+            except StopIteration:
+                raise  # Keras's end of the data
+            except Exception as error:
+                call.error = type(error).__name__
+                if self.error_handler is not None:
+                    self.error_handler(function, error)
+                raise
+            finally:
+                call.events = self.events.take(function)
+                (self.calls[function] if hooked else self.outside).append(call)
+
+        tapped._keras_xla_tapped = fn
+        return tapped
+
+    def take(self, function: str) -> list[TapCall]:
+        """`function`'s hooked calls since the last `take`."""
+        calls, self.calls[function] = self.calls[function], []
+        return calls
+
+    def take_outside(self) -> list[TapCall]:
+        calls, self.outside = self.outside, []
+        return calls
+
+
+def untapped(fn: Any) -> Any:
+    """The function a tap wrapped (or `fn` itself)."""
+    return getattr(fn, "_keras_xla_tapped", None) or fn
+
+
+def _specs(data: Any) -> Any:
+    """`jax.ShapeDtypeStruct`s of a batch (with its sharding, if any)."""
+    import jax
+
+    def spec(a):
+        if not hasattr(a, "shape"):
+            return a
+        sharding = getattr(a, "sharding", None)
+        return jax.ShapeDtypeStruct(
+            a.shape, jax.dtypes.canonicalize_dtype(a.dtype), sharding=sharding
+        )
+
+    return jax.tree_util.tree_map(spec, data)

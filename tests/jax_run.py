@@ -1,0 +1,271 @@
+"""Fits with XLATuner on Keras's JAX backend, in their own process.
+
+The main test process runs Keras on TensorFlow, so the JAX tests run this
+script with `KERAS_BACKEND=jax` and read the JSON it prints on its last
+line. TensorFlow is made unimportable first: nothing on the JAX path may
+import it. JAX's own compile events, counted here independently of the
+tuner, are the ground truth the tests compare the report with.
+
+Usage: python jax_run.py LOG_DIR SCENARIO [SCENARIO ...] [--cache DIR]
+"""
+
+import json
+import os
+import sys
+import warnings
+
+sys.modules["tensorflow"] = None  # the JAX path must not import it
+os.environ["KERAS_BACKEND"] = "jax"
+warnings.simplefilter("ignore")
+
+import jax  # noqa: E402
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+import keras_xla  # noqa: E402
+
+EVENTS = []  # (fun_name, seconds, cache hit)
+_HIT = [False]
+
+
+def _on_event(event, **kwargs):
+    if event == "/jax/compilation_cache/cache_hits":
+        _HIT[0] = True
+
+
+def _on_duration(event, seconds, **kwargs):
+    if event == "/jax/core/compile/backend_compile_duration":
+        EVENTS.append((kwargs.get("fun_name"), seconds, _HIT[0]))
+        _HIT[0] = False
+
+
+jax.monitoring.register_event_listener(_on_event)
+jax.monitoring.register_event_duration_secs_listener(_on_duration)
+
+
+def truth(start):
+    """Compilations (not hits) and hits of the step functions since
+    `start`."""
+    out = {"train": 0, "test": 0, "train_hits": 0, "test_hits": 0}
+    for name, _, hit in EVENTS[start:]:
+        for function in ("train", "test"):
+            if name == f"jit({function}_step)":
+                out[f"{function}_hits" if hit else function] += 1
+    return out
+
+
+def dense_model(features=4):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((features,)),
+            keras.layers.Dense(8, activation="relu"),
+            keras.layers.Dense(1),
+        ]
+    )
+    model.compile("adam", "mse")
+    return model
+
+
+def summary(tuner, start):
+    report = tuner.report
+    return {
+        "truth": truth(start),
+        "epochs": [
+            {
+                "compilations": e.compilations,
+                "recompilations": e.recompilations,
+                "by_function": e.by_function,
+                "steps": e.steps,
+                "median": e.step_time_ms["median"],
+                "hits": e.compile_cache_hits,
+                "misses": e.compile_cache_misses,
+            }
+            for e in report.epochs
+        ],
+        "recompilations": [
+            {
+                "function": r.function,
+                "cause": r.cause,
+                "input": r.input,
+                "dim": r.dim,
+                "before": r.before,
+                "after": r.after,
+                "seconds": r.compile_seconds,
+            }
+            for r in report.recompilations
+        ],
+        "compile_log": [
+            (c.function, c.compile_seconds, c.cache) for c in report.compile_log
+        ],
+        "codes": sorted(set(report.finding_codes())),
+        "jit": report.jit.enabled if report.jit else None,
+        "baseline": report.baseline.to_dict() if report.baseline else None,
+        "verdict": report.verdict.to_dict() if report.verdict else None,
+        "hlo": report.hlo.to_dict() if report.hlo else None,
+        "cache": (
+            report.compile_cache.to_dict() if report.compile_cache else None
+        ),
+        "outside": report.outside_compilations,
+        "environment": report.environment,
+    }
+
+
+def partial(log_dir):
+    """50 samples in batches of 8 (a short last batch of 2), validation
+    20 in batches of 8 (last 4), two epochs; then a second fit."""
+    model = dense_model()
+    x = np.random.rand(50, 4).astype("float32")
+    y = np.random.randint(0, 2, (50, 1))  # int64 labels: one signature
+    tuner = keras_xla.XLATuner(log_dir=log_dir, verbose=0, baseline=False)
+    start = len(EVENTS)
+    model.fit(
+        x,
+        y,
+        batch_size=8,
+        epochs=2,
+        verbose=0,
+        validation_data=(x[:20], y[:20]),
+        callbacks=[tuner],
+    )
+    first = summary(tuner, start)
+    start = len(EVENTS)
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[tuner])
+    second = summary(tuner, start)
+    with open(os.path.join(log_dir, "xla_report.json")) as f:
+        written = json.load(f)
+    return {
+        "first": first,
+        "second": second,
+        "json_compilations": [e["compilations"] for e in written["epochs"]],
+        "train_function_restored": not hasattr(
+            model.train_function, "_keras_xla_tapped"
+        ),
+    }
+
+
+class Padded(keras.utils.PyDataset):
+    """Token batches padded per batch: lengths 6, 6, 6, 9, 6."""
+
+    LENGTHS = (6, 6, 6, 9, 6)
+
+    def __len__(self):
+        return len(self.LENGTHS)
+
+    def __getitem__(self, i):
+        rng = np.random.default_rng(i)
+        length = self.LENGTHS[i]
+        tokens = rng.integers(1, 20, (4, length)).astype("int64")
+        return tokens, rng.random((4, 1)).astype("float32")
+
+
+def padded(log_dir):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((None,), dtype="int32"),
+            keras.layers.Embedding(20, 4),
+            keras.layers.GlobalAveragePooling1D(),
+            keras.layers.Dense(1),
+        ]
+    )
+    model.compile("adam", "mse")
+    tuner = keras_xla.XLATuner(log_dir=None, verbose=0, baseline=False)
+    start = len(EVENTS)
+    model.fit(Padded(), epochs=1, verbose=0, callbacks=[tuner])
+    return summary(tuner, start)
+
+
+def spe(log_dir):
+    """steps_per_execution=3 over 7 batches (3 + 3 + 1; the last batch
+    short)."""
+    model = dense_model()
+    model.compile("adam", "mse", steps_per_execution=3)
+    x = np.random.rand(50, 4).astype("float32")
+    y = np.random.rand(50, 1).astype("float32")
+    tuner = keras_xla.XLATuner(log_dir=None, verbose=0, baseline=False)
+    start = len(EVENTS)
+    model.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[tuner])
+    return summary(tuner, start)
+
+
+def baseline(log_dir):
+    """64 steps an epoch: the no-XLA baseline windows, and the HLO."""
+    model = dense_model()
+    x = np.random.rand(512, 4).astype("float32")
+    y = np.random.rand(512, 1).astype("float32")
+    tuner = keras_xla.XLATuner(log_dir=log_dir, verbose=0)
+    start = len(EVENTS)
+    model.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[tuner])
+    out = summary(tuner, start)
+    out["jit_after"] = bool(model.jit_compile)
+    return out
+
+
+def cache(log_dir, directory):
+    model = dense_model()
+    x = np.random.rand(50, 4).astype("float32")
+    y = np.random.rand(50, 1).astype("float32")
+    tuner = keras_xla.XLATuner(
+        log_dir=None, verbose=0, baseline=False, compile_cache=directory
+    )
+    start = len(EVENTS)
+    model.fit(
+        x,
+        y,
+        batch_size=8,
+        epochs=1,
+        verbose=0,
+        validation_data=(x[:20], y[:20]),
+        callbacks=[tuner],
+    )
+    return summary(tuner, start)
+
+
+def data_parallel(log_dir):
+    """DataParallel over two host devices: one SPMD compilation per
+    shape; then a last batch that does not divide over the devices."""
+    keras.distribution.set_distribution(keras.distribution.DataParallel())
+    model = dense_model()
+    x = np.random.rand(52, 4).astype("float32")
+    y = np.random.rand(52, 1).astype("float32")
+    tuner = keras_xla.XLATuner(log_dir=None, verbose=0, baseline=False)
+    start = len(EVENTS)
+    model.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[tuner])
+    out = {"even": summary(tuner, start), "devices": jax.device_count()}
+    odd = keras_xla.XLATuner(log_dir=None, verbose=0, baseline=False)
+    try:
+        model.fit(x[:51], y[:51], batch_size=8, verbose=0, callbacks=[odd])
+        out["odd_error"] = None
+    except Exception as error:  # noqa: BLE001
+        out["odd_error"] = type(error).__name__
+    out["odd_codes"] = sorted(set(odd.report.finding_codes()))
+    out["odd_findings"] = [f.fix for f in odd.report.findings]
+    keras.distribution.set_distribution(None)
+    return out
+
+
+def main():
+    args = sys.argv[1:]
+    cache_dir = None
+    if "--cache" in args:
+        i = args.index("--cache")
+        cache_dir = args[i + 1]
+        del args[i : i + 2]
+    log_dir, scenarios = args[0], args[1:]
+    results = {
+        "tensorflow_imported": False,
+        "tf_xla_flags": os.environ.get("TF_XLA_FLAGS"),
+    }
+    for name in scenarios:
+        sub = os.path.join(log_dir, name)
+        if name == "cache":
+            results[name] = cache(sub, cache_dir)
+        else:
+            results[name] = globals()[name](sub)
+    results["tensorflow_imported"] = sys.modules.get("tensorflow") is not None
+    print(json.dumps(results, default=str))
+
+
+if __name__ == "__main__":
+    main()
