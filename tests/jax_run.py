@@ -47,10 +47,14 @@ def truth(start):
     """Compilations (not hits) and hits of the step functions since
     `start`."""
     out = {"train": 0, "test": 0, "train_hits": 0, "test_hits": 0}
-    for name, _, hit in EVENTS[start:]:
+    seconds = {"train": 0.0, "test": 0.0}
+    for name, duration, hit in EVENTS[start:]:
         for function in ("train", "test"):
             if name == f"jit({function}_step)":
                 out[f"{function}_hits" if hit else function] += 1
+                if not hit:
+                    seconds[function] += duration
+    out["seconds"] = seconds
     return out
 
 
@@ -74,6 +78,7 @@ def summary(tuner, start):
         "epochs": [
             {
                 "compilations": e.compilations,
+                "compile_seconds": e.compile_seconds,
                 "recompilations": e.recompilations,
                 "by_function": e.by_function,
                 "steps": e.steps,

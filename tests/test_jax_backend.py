@@ -1,0 +1,234 @@
+"""XLATuner on Keras's JAX backend, fits in their own processes.
+
+`jax_run.py` runs the fits with `KERAS_BACKEND=jax` and TensorFlow made
+unimportable, counts JAX's compile events itself (the ground truth) and
+prints the tuner's report beside them.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("jax")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run(log_dir, *scenarios, cache=None, devices=None):
+    cmd = [sys.executable, os.path.join(HERE, "jax_run.py"), str(log_dir)]
+    cmd += list(scenarios)
+    if cache is not None:
+        cmd += ["--cache", str(cache)]
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("TF_XLA_FLAGS", "XLA_FLAGS", "KERAS_BACKEND")
+    }
+    env["KERAS_BACKEND"] = "jax"
+    env["JAX_PLATFORMS"] = "cpu"
+    if devices:
+        flag = f"--xla_force_host_platform_device_count={devices}"
+        env["XLA_FLAGS"] = flag
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=300, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def fits(tmp_path_factory):
+    """One process: the scenarios on one device, and the first run of the
+    compile cache; a second process: the cache's second run."""
+    root = tmp_path_factory.mktemp("jax")
+    cache = root / "cache"
+    first = run(
+        root / "one", "partial", "padded", "spe", "baseline", "cache",
+        cache=cache,
+    )  # fmt: skip
+    second = run(root / "two", "cache", cache=cache)
+    return {"root": root, "cache": cache, "first": first, "second": second}
+
+
+def by_function(epoch, function, key="compilations"):
+    return epoch["by_function"].get(function, {}).get(key, 0)
+
+
+def counted(summary, function):
+    return sum(by_function(e, function) for e in summary["epochs"])
+
+
+def test_tensorflow_is_never_imported_on_jax(fits):
+    for result in (fits["first"], fits["second"]):
+        assert result["tensorflow_imported"] is False
+        assert result["tf_xla_flags"] is None
+    env = fits["first"]["partial"]["first"]["environment"]
+    assert env["backend"] == "jax" and env["tensorflow"] is None
+
+
+def test_partial_last_batch_in_train_and_validation(fits):
+    run_ = fits["first"]["partial"]["first"]
+    truth = run_["truth"]
+    # 50 samples by 8 (last 2), validation 20 by 8 (last 4).
+    assert (truth["train"], truth["test"]) == (2, 2)
+    assert counted(run_, "train") == truth["train"]
+    assert counted(run_, "test") == truth["test"]
+    assert [e["compilations"] for e in run_["epochs"]] == [4, 0]
+    assert [e["recompilations"] for e in run_["epochs"]] == [2, 0]
+    causes = {(r["function"], r["cause"]) for r in run_["recompilations"]}
+    assert causes == {("train", "partial_batch"), ("test", "partial_batch")}
+    train = next(r for r in run_["recompilations"] if r["function"] == "train")
+    assert (train["input"], train["dim"]) == ("x", 0)
+    assert (train["before"], train["after"]) == ([8, 4], [2, 4])
+    assert run_["codes"] == ["partial-last-batch"]
+    # int64 labels compile as int32: no dtype-change recompilation.
+    assert all(r["cause"] != "dtype" for r in run_["recompilations"])
+
+
+def test_compile_seconds_are_jax_measurements(fits):
+    run_ = fits["first"]["partial"]["first"]
+    seconds = [s for _, s, _ in run_["compile_log"]]
+    assert len(seconds) == 4 and all(s > 0 for s in seconds)
+    total = sum(e["compile_seconds"] for e in run_["epochs"])
+    train = by_function(run_["epochs"][0], "train", "compile_seconds")
+    test = by_function(run_["epochs"][0], "test", "compile_seconds")
+    assert train + test == pytest.approx(total, abs=1e-3)
+    assert sum(seconds) == pytest.approx(total, abs=1e-3)
+    # What JAX reported for the step functions, counted by the script.
+    assert train == pytest.approx(run_["truth"]["seconds"]["train"], abs=1e-3)
+    assert test == pytest.approx(run_["truth"]["seconds"]["test"], abs=1e-3)
+
+
+def test_second_fit_compiles_nothing_and_model_is_untapped(fits):
+    partial = fits["first"]["partial"]
+    second = partial["second"]
+    truth = second["truth"]
+    assert [truth[k] for k in ("train", "test", "train_hits", "test_hits")] == [
+        0, 0, 0, 0,
+    ]  # fmt: skip
+    assert [e["compilations"] for e in second["epochs"]] == [0]
+    assert second["recompilations"] == []
+    assert partial["json_compilations"] == [0]
+    assert partial["train_function_restored"] is True
+
+
+def test_padded_length_is_a_dynamic_dimension(fits):
+    run_ = fits["first"]["padded"]
+    assert run_["truth"]["train"] == 2 == counted(run_, "train")
+    (recompilation,) = run_["recompilations"]
+    assert recompilation["cause"] == "dynamic_dim"
+    assert (recompilation["input"], recompilation["dim"]) == ("x", 1)
+    assert (recompilation["before"], recompilation["after"]) == (
+        [4, 6],
+        [4, 9],
+    )
+    assert run_["codes"] == ["dynamic-dimension"]
+
+
+def test_steps_per_execution(fits):
+    run_ = fits["first"]["spe"]
+    assert run_["truth"]["train"] == 2 == counted(run_, "train")
+    assert [e["steps"] for e in run_["epochs"]] == [7, 7]
+    assert [e["compilations"] for e in run_["epochs"]] == [2, 0]
+    (recompilation,) = run_["recompilations"]
+    assert recompilation["cause"] == "partial_batch"
+    assert recompilation["after"] == [2, 4]
+
+
+def test_baseline_and_verdict(fits):
+    run_ = fits["first"]["baseline"]
+    # The no-XLA windows add no compilation of the jitted step.
+    assert run_["truth"]["train"] == 1 == counted(run_, "train")
+    baseline = run_["baseline"]
+    assert baseline["reason"] == ""
+    assert baseline["rounds"] == 3 and baseline["steps"] >= 6
+    assert baseline["no_xla_step_ms"] > 0 and baseline["xla_step_ms"] > 0
+    verdict = run_["verdict"]
+    assert verdict["xla_enabled"] is True
+    expected = baseline["no_xla_step_ms"] / baseline["xla_step_ms"]
+    assert verdict["speedup"] == pytest.approx(expected, rel=1e-2)
+    assert verdict["speedup_low"] <= verdict["speedup_high"]
+    assert run_["jit_after"] is True
+
+
+def test_hlo_analysis_adds_no_compilation(fits):
+    run_ = fits["first"]["baseline"]
+    hlo = run_["hlo"]
+    assert hlo["source"] == "JAX's in-memory cache"
+    assert hlo["kernels_per_step"] > 0 and hlo["fusions"] > 0
+    assert 0 < hlo["fusion_ratio"] <= 1
+    # Two dense layers on [8, 4] -> [8, 8] -> [8, 1], forward and back.
+    assert hlo["flops_per_step"] > 2 * 8 * 4 * 8
+    assert run_["outside"] == []
+    assert run_["truth"]["train"] == 1
+
+
+def test_compile_cache_hits_are_not_compilations(fits):
+    first, second = fits["first"]["cache"], fits["second"]["cache"]
+    assert (first["truth"]["train"], first["truth"]["test"]) == (2, 2)
+    assert first["cache"]["active"] is True
+    assert (first["cache"]["hits"], first["cache"]["misses"]) == (0, 4)
+    assert {c for _, _, c in first["compile_log"]} == {"miss"}
+    assert (first["epochs"][0]["hits"], first["epochs"][0]["misses"]) == (0, 4)
+    truth = second["truth"]
+    assert (truth["train"], truth["test"]) == (0, 0)
+    assert (truth["train_hits"], truth["test_hits"]) == (2, 2)
+    assert second["epochs"][0]["compilations"] == 0
+    assert (second["epochs"][0]["hits"], second["epochs"][0]["misses"]) == (
+        4,
+        0,
+    )
+    assert (second["cache"]["hits"], second["cache"]["misses"]) == (4, 0)
+    assert second["cache"]["entries_at_start"] > 0
+    assert second["recompilations"] == []
+
+
+def test_tensorboard_events_without_tensorflow(fits):
+    from tensorboard.backend.event_processing import event_accumulator
+
+    run_dir = fits["root"] / "one" / "partial" / "train"
+    acc = event_accumulator.EventAccumulator(
+        str(run_dir), size_guidance={event_accumulator.TENSORS: 0}
+    )
+    acc.Reload()
+    tags = set(acc.Tags()["tensors"])
+    expected = {
+        "xla/compilations", "xla/compile_seconds", "xla/recompilations",
+        "xla/step_time_ms_median", "xla/step_time_ms_p90",
+        "xla/examples_per_second", "xla/jit_compile", "xla/step_time_ms",
+        "xla/findings", "xla/verdict", "xla/report", "xla/fusion_ratio",
+        "xla/kernels_per_step", "xla/achieved_tflops",
+    }  # fmt: skip
+    assert tags == expected
+    from tensorboard.util import tensor_util
+
+    compilations = [
+        float(tensor_util.make_ndarray(e.tensor_proto))
+        for e in acc.Tensors("xla/compilations")
+    ]
+    # Two fits wrote to the same run: [4, 0], then [0].
+    assert compilations == [4.0, 0.0, 0.0]
+    report = acc.Tensors("xla/report")[-1]
+    data = json.loads(tensor_util.make_ndarray(report.tensor_proto).item())
+    assert data["schema"] == "keras_xla.report/1"
+    meta = acc.SummaryMetadata("xla/report")
+    assert meta.plugin_data.plugin_name == "xla"
+
+
+def test_data_parallel_on_two_host_devices(tmp_path):
+    result = run(tmp_path, "data_parallel", devices=2)
+    assert result["data_parallel"]["devices"] == 2
+    even = result["data_parallel"]["even"]
+    assert even["environment"]["strategy"] == "DataParallel"
+    # One SPMD compilation per shape (8 and the last 4), not per device.
+    assert even["truth"]["train"] == 2 == counted(even, "train")
+    assert [e["compilations"] for e in even["epochs"]] == [2, 0]
+    assert even["hlo"]["source"] == "JAX's in-memory cache"
+    dp = result["data_parallel"]
+    assert dp["odd_error"] == "IndivisibleError"
+    assert dp["odd_codes"] == ["partial-last-batch"]
+    assert "divisible by 2" in dp["odd_findings"][0]
+    assert result["tensorflow_imported"] is False
