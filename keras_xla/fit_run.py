@@ -15,14 +15,16 @@ import time
 import weakref
 from typing import Any
 
-from keras_xla import baseline_window, epoch_checks, trial_runner
+from keras_xla import epoch_checks
+from keras_xla.auto import runner as auto_runner
+from keras_xla.auto.model_state import ModelState
+from keras_xla.auto.policy import AUTO
 from keras_xla.core import findings as codes
 from keras_xla.core import render
 from keras_xla.core import report as report_lib
 from keras_xla.core import verdict as verdict_lib
 from keras_xla.core.accounting import Accountant
 from keras_xla.core.findings import FindingBook
-from keras_xla.core.trial import AUTO
 from keras_xla.fit_outputs import FitOutputs
 from keras_xla.settings import Settings
 from keras_xla.step_log import CLUSTERS, JIT, StepLog
@@ -82,13 +84,13 @@ class FitRun:
         self._clustering = False
         self.functions: StepFunctions | None = None
         self.log: StepLog | None = None
-        self.trial: trial_runner.TrialRunner | None = None
+        self.trial: auto_runner.TrialRunner | None = None
         self.profile = ProfileRun.of(settings, self.report, self.book)
         self._hlo_done = False
         self._cache_before: dict[str, float] = {}
         self.outputs = FitOutputs(settings, self.report, self.book)
         # What the user compiled, put back when the fit ends (`keep`).
-        self.user_state: trial_runner.ModelState | None = None
+        self.user_state: ModelState | None = None
         self._user_predict = None
         self._watched: dict[str, Any] = {}
         # An epoch is closed once (an interrupt may reach `epoch_end`
@@ -98,7 +100,7 @@ class FitRun:
 
     def begin(self) -> None:
         s, model = self.settings, self.model
-        self.user_state = trial_runner.ModelState(model)
+        self.user_state = ModelState(model)
         self._user_predict = getattr(model, "predict_function", None)
         auto = AUTO in (s.jit_compile, s.mixed_precision)
         original = self.user_state if auto else None
@@ -296,26 +298,26 @@ class FitRun:
             self.report.clustering,
         )
         if original is None:
-            outcome = baseline_window.plan_baseline(
-                self.model, request, trial_runner.ModelState(self.model)
+            outcome = auto_runner.plan_baseline(
+                self.model, request, ModelState(self.model)
             )
         else:
-            outcome = trial_runner.plan(
+            outcome = auto_runner.plan(
                 self.model, request, original, self.trial_result
             )
-        if isinstance(outcome, trial_runner.Settlement):
-            self._settle(outcome)
-        else:
+        if isinstance(outcome, auto_runner.TrialRunner):
             self.trial = outcome
+        else:
+            self._settle(outcome)
 
     def _trial_step(self, batch: int) -> None:
         outcome = self.trial.before_call(
             self.model,
             lambda: self.log.collect("train", self.counting, batch),
         )
-        if outcome == trial_runner.DONE:
+        if outcome is auto_runner.Next.DONE:
             self._finish_trial()
-        elif outcome == trial_runner.SWITCHED:
+        elif outcome is auto_runner.Next.SWITCHED:
             self._prepare_functions(("train",))
 
     def _finish_trial(self) -> None:
@@ -324,9 +326,11 @@ class FitRun:
         self._settle(runner.finish(self.model, records))
         self._prepare_functions()
 
-    def _settle(self, settlement: trial_runner.Settlement) -> None:
+    def _settle(
+        self, settlement: auto_runner.Decided | auto_runner.Measured
+    ) -> None:
         model = self.model
-        if settlement.decision is None:  # the baseline's
+        if isinstance(settlement, auto_runner.Measured):
             self.report.baseline = settlement.baseline
             graph = settlement.baseline.trace_seconds
             self.accountant.graph_seconds = graph or 0.0
@@ -370,7 +374,7 @@ class FitRun:
         epoch, as long as the first (Keras counted it, and ends it
         without an end-of-data call)."""
         baseline, epochs = self.report.baseline, self.report.epochs
-        deferred = baseline_window.DEFERRED_REASON
+        deferred = auto_runner.DEFERRED_REASON
         if epoch != 1 or baseline is None or baseline.reason != deferred:
             return
         if not (self.jit_on and epochs and epochs[0].steps):
@@ -417,15 +421,13 @@ class FitRun:
         if self.trial is not None and self.trial.pause(records, more):
             self._finish_trial()
 
-    def _abandon_trial(self) -> trial_runner.TrialRunner | None:
+    def _abandon_trial(self) -> auto_runner.TrialRunner | None:
         """The fit ended before the trial (or the baseline window) ended:
         nothing was chosen (nothing measured); returns the runner."""
         runner, self.trial = self.trial, None
         if runner is None:
             return None
-        logging.getLogger("tensorflow").removeFilter(
-            trial_runner.RETRACE_FILTER
-        )
+        logging.getLogger("tensorflow").removeFilter(auto_runner.RETRACE_FILTER)
         if runner.keep is not None:
             self.report.baseline = report_lib.BaselineSection(
                 reason="the fit ended during the no-XLA baseline window"

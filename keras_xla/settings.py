@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from keras_xla import trial_runner
-from keras_xla.core.trial import AUTO
-from keras_xla.core.trial_budget import validate_budget
+from keras_xla.auto import memory as decision_memory
+from keras_xla.auto import runner as auto_runner
+from keras_xla.auto.policy import AUTO, validate_budget
 from keras_xla.tf_backend import compile_cache as cache_lib
-from keras_xla.tf_backend import decision_memory, flag_guard
+from keras_xla.tf_backend import flag_guard
 from keras_xla.tf_backend import jit as jit_lib
 from keras_xla.tf_backend import precision as precision_lib
 from keras_xla.tf_backend.unsupported import CHOICES as UNSUPPORTED_CHOICES
@@ -64,10 +64,10 @@ class Settings:
         spe: int,
         probed: bool,
         clustering: Any = None,
-    ) -> trial_runner.Request:
+    ) -> auto_runner.Request:
         """What the trial is asked for, and what this fit allows
         (`clustering`: the report's auto-clustering section)."""
-        return trial_runner.Request(
+        return auto_runner.Request(
             jit=self.jit_compile,
             precision=self.mixed_precision,
             budget=self.trial_budget,

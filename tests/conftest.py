@@ -122,27 +122,28 @@ def pytest_configure(config):
     )
 
 
-def _tries_every_candidate(self, live, best, medians):
-    return {}
-
-
 def no_payback_rule():
     """Turns off the trial's rule that an XLA candidate is not compiled
     when the run's steps left cannot pay back its compile: these tests'
     runs are far too short for XLA to pay back, and they test what a
     trial with XLA does, not that rule (its own tests are in
     test_trial.py). For a test's own process."""
-    from keras_xla.core.trial import Trial
+    import dataclasses
 
-    Trial.cannot_pay_back = _tries_every_candidate
+    from keras_xla.auto import policy
+
+    policy.TUNABLES = dataclasses.replace(policy.TUNABLES, payback=False)
 
 
 @pytest.fixture
 def xla_tried(monkeypatch):
     """`no_payback_rule` for one test."""
-    from keras_xla.core.trial import Trial
+    import dataclasses
 
-    monkeypatch.setattr(Trial, "cannot_pay_back", _tries_every_candidate)
+    from keras_xla.auto import policy
+
+    tried = dataclasses.replace(policy.TUNABLES, payback=False)
+    monkeypatch.setattr(policy, "TUNABLES", tried)
 
 
 def _token_and_position_class():

@@ -9,13 +9,14 @@ import weakref
 import keras
 from conftest import conv_model, regression_data
 
-from keras_xla import XLATuner, trial_runner
+from keras_xla import XLATuner
+from keras_xla.auto import runner as trial_runner
+from keras_xla.auto.model_state import ModelState
 from keras_xla.core.report import Decision
 
 CORE = (
     "accounting",
     "compare",
-    "drop_rules",
     "files",
     "findings",
     "lints",
@@ -24,14 +25,17 @@ CORE = (
     "sections",
     "signatures",
     "timing",
-    "trial",
-    "trial_budget",
     "verdict",
 )
+# The trial's policy and measurements are pure too.
+AUTO = ("policy", "trial")
 
 
 def test_core_imports_without_tensorflow_or_keras():
-    imports = "; ".join(f"import keras_xla.core.{name}" for name in CORE)
+    imports = "; ".join(
+        [f"import keras_xla.core.{name}" for name in CORE]
+        + [f"import keras_xla.auto.{name}" for name in AUTO]
+    )
     code = (
         f"import sys; {imports}; "
         "print(sorted(m for m in ('tensorflow', 'keras') if m in sys.modules))"
@@ -87,9 +91,9 @@ def request(**kw):
 
 def test_trial_runner_settles_without_a_fit():
     model = StubModel()
-    original = trial_runner.ModelState(model)
+    original = ModelState(model)
     one = trial_runner.plan(model, request(jit=True), original, None)
-    assert isinstance(one, trial_runner.Settlement)
+    assert isinstance(one, trial_runner.Decided)
     assert (one.decision.status, one.decision.winner) == (
         "single-candidate",
         "xla/float32",
@@ -101,7 +105,7 @@ def test_trial_runner_settles_without_a_fit():
     assert unknown.decision.status == "skipped"
     assert "length is unknown" in unknown.skipped[0]
     assert model.jit_compile is False  # as compiled: original setting
-    kept = trial_runner.ModelState(model)
+    kept = ModelState(model)
     previous = (model, kept, Decision("decided", "no_xla/float32", "r"))
     again = trial_runner.plan(model, request(), original, previous)
     assert again.decision.status == "reused"
@@ -109,14 +113,17 @@ def test_trial_runner_settles_without_a_fit():
 
 
 def test_trial_runner_switches_and_decides_on_records(monkeypatch):
-    from keras_xla.core import drop_rules
+    import dataclasses
+
+    from keras_xla.auto import policy
     from keras_xla.core.timing import StepRecord
 
     # Rotation, not dropping: every window runs.
-    monkeypatch.setattr(drop_rules, "DROP_FACTOR", float("inf"))
+    unbounded = dataclasses.replace(policy.TUNABLES, drop_factor=float("inf"))
+    monkeypatch.setattr(policy, "TUNABLES", unbounded)
     model = StubModel()
     runner = trial_runner.plan(
-        model, request(budget=18), trial_runner.ModelState(model), None
+        model, request(budget=18), ModelState(model), None
     )
     assert isinstance(runner, trial_runner.TrialRunner)
     records, seen = [], []

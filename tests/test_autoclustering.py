@@ -133,7 +133,7 @@ def test_auto_clustering_is_a_trial_candidate(tmp_path):
     # and the compile count equals the profiler's. The run has 40 steps of
     # about 2 ms: jit_compile's compile (tracing the step again) cannot
     # pay back in what is left, so it is never tried.
-    from keras_xla.core.drop_rules import PAYBACK
+    from keras_xla.auto.policy import Drop
 
     out = run_child(tmp_path, "--tf_xla_cpu_global_jit", "auto")
     assert out["candidates"] == [
@@ -143,7 +143,7 @@ def test_auto_clustering_is_a_trial_candidate(tmp_path):
     ]
     assert out["status"] == "decided" and out["winner"] in out["candidates"]
     assert min(out["timed"][:2]) >= 2
-    assert out["timed"][2] == 0 and out["dropped"][2] == PAYBACK
+    assert out["timed"][2] == 0 and out["dropped"][2] == Drop.PAYBACK
     assert out["tuner"] == out["profiler"] > 0
     assert out["iterations"] == 40
     mode = {"xla/float32": "jit_compile", "no_xla/float32": "off"}

@@ -1,16 +1,19 @@
 """The XLA/precision trial: schedule, timing rules, decision, and live runs
 that must pick a planted winner."""
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 from conftest import conv_model, regression_data
 
-from keras_xla import trial_runner
-from keras_xla.core import drop_rules, trial_budget
+from keras_xla.auto import policy
+from keras_xla.auto import runner as trial_runner
+from keras_xla.auto.model_state import plan_candidates
+from keras_xla.auto.policy import Candidate, Drop
+from keras_xla.auto.trial import Trial
 from keras_xla.core.timing import StepRecord
-from keras_xla.core.trial import Candidate, Trial
 from keras_xla.tf_backend import precision as precision_lib
 
 A = Candidate(False, "float32")
@@ -48,6 +51,12 @@ def fit_trial(model, x, y, batch_size=32, epochs=1, **tuner_args):
     return tuner
 
 
+def no_dropping(monkeypatch):
+    """Counting, not dropping: every candidate gets all its windows."""
+    unbounded = dataclasses.replace(policy.TUNABLES, drop_factor=float("inf"))
+    monkeypatch.setattr(policy, "TUNABLES", unbounded)
+
+
 def record(seconds, compiled=False, trace=0.0, steps=1):
     r = StepRecord("train", 0, seconds, fallback_steps=steps)
     if compiled:
@@ -83,7 +92,7 @@ def test_schedule_rotates_candidates_in_equal_windows():
     trial = Trial([A, B, C], A, window_calls=3)
     windows = [trial.plan[i] for i in range(0, len(trial.plan), 3)]
     assert windows == [A, B, C, B, C, A, C, A, B]
-    assert len(trial.plan) == trial_budget.ROUNDS * 3 * 3
+    assert len(trial.plan) == policy.TUNABLES.rounds * 3 * 3
 
 
 def test_decision_skips_warmup_and_compiled_calls():
@@ -204,51 +213,24 @@ def test_clearly_slower_candidates_get_no_more_windows():
 
 def test_an_unmeasured_candidate_predicted_slower_is_never_compiled():
     # The XLA x precision grid: no XLA 5.5 ms (float32) and 4.1 ms
-    # (bfloat16), XLA bfloat16 5.9 ms (compiled first: its no-XLA twin
-    # ran faster). XLA float32 is predicted at 5.9 x 5.5 / 4.1 = 7.9 ms,
-    # over 1.3 x 4.1: it never runs.
+    # (bfloat16), XLA bfloat16 5.9 ms (first in the plan). XLA float32 is
+    # predicted at 5.9 x 5.5 / 4.1 = 7.9 ms, over 1.3 x 4.1: it never runs.
     A32, A16 = Candidate(False, "float32"), Candidate(False, "mixed_bfloat16")
     X32, X16 = Candidate(True, "float32"), Candidate(True, "mixed_bfloat16")
     speed = {A32: 0.0055, A16: 0.0041, X32: 0.0073, X16: 0.0059}
-    trial = Trial([A32, A16, X32, X16], A32, window_calls=3, drop=True)
+    trial = Trial([A32, A16, X16, X32], A32, window_calls=3, drop=True)
     records = run_plan(trial, lambda c, first: speed[c])
     assert not any(r._candidate == X32 for r in records)
     assert trial.dropped_because == {
-        X16: drop_rules.SLOWER,
-        X32: drop_rules.PREDICTED,
-        A32: drop_rules.SLOWER,
+        X16: Drop.SLOWER,
+        X32: Drop.PREDICTED,
+        A32: Drop.SLOWER,
     }
     winner, decision = trial.decide()
     assert winner == A16 and decision.status == "decided"
     rows = {r.name: r for r in decision.candidates}
     assert rows[X32.name].measured_steps == 0
     assert rows[X32.name].dropped_after_steps is not None
-
-
-@pytest.mark.parametrize("faster", ["mixed_bfloat16", "float32"])
-def test_xla_compiles_first_where_its_no_xla_twin_ran_faster(faster):
-    # No XLA runs at 6 ms at one precision and 4 ms at the other; XLA
-    # wins at 2.5 ms at the faster one, 3.9 ms at the slower. Compiled
-    # first, the winner predicts the other at 2.5 x 6 / 4 = 3.75 ms, over
-    # 1.3 x 2.5: one compile, where the other order compiles both (3.9 ms
-    # predicts 2.6 ms: not clearly slower).
-    slow = "float32" if faster != "float32" else "mixed_bfloat16"
-    no_xla = {p: Candidate(False, p) for p in ("float32", "mixed_bfloat16")}
-    xla = {p: Candidate(True, p) for p in ("float32", "mixed_bfloat16")}
-    speed = {
-        no_xla[faster]: 0.004,
-        no_xla[slow]: 0.006,
-        xla[faster]: 0.0025,
-        xla[slow]: 0.0039,
-    }
-    order = [no_xla["float32"], no_xla["mixed_bfloat16"]]
-    order += [xla["float32"], xla["mixed_bfloat16"]]
-    trial = Trial(order, order[0], window_calls=3)
-    records = run_plan(trial, lambda c, first: speed[c])
-    ran = list(dict.fromkeys(r._candidate for r in records))
-    assert ran == [*order[:2], xla[faster]]
-    assert trial.dropped_because[xla[slow]] == drop_rules.PREDICTED
-    assert trial.decide()[0] == xla[faster]
 
 
 def test_a_compile_that_cannot_pay_back_is_never_tried():
@@ -272,7 +254,7 @@ def test_a_compile_that_cannot_pay_back_is_never_tried():
     trial, records = trial_of(40)
     assert {r._candidate for r in records} == {A32, A16}
     assert trial.dropped == {X32: 3, X16: 3}
-    assert set(trial.dropped_because.values()) == {drop_rules.PAYBACK}
+    assert set(trial.dropped_because.values()) == {Drop.PAYBACK}
     winner, decision = trial.decide()
     assert winner == A16 and decision.status == "decided"
     assert decision.reason.endswith(
@@ -280,17 +262,16 @@ def test_a_compile_that_cannot_pay_back_is_never_tried():
         "not pay back in the steps left)"
     )
     rows = {r.name: r for r in decision.candidates}
-    assert rows[X32.name].dropped_because == drop_rules.PAYBACK
+    assert rows[X32.name].dropped_because == Drop.PAYBACK
     # jit_compile="auto" alone: two candidates, and the same rule.
     pair = Trial([A32, X32], A32, window_calls=3, rounds=2)
     pair.run_steps = 40
     assert {r._candidate for r in run_plan(pair, seconds)} == {A32}
     assert pair.decide()[0] == A32 and pair.dropped == {X32: 3}
-    # A run of 1000 steps leaves 5 s: XLA is tried (at bfloat16 first,
-    # whose no-XLA twin ran faster), and wins.
+    # A run of 1000 steps leaves 5 s: XLA is tried, and wins.
     trial, records = trial_of(1000)
-    assert X16 in {r._candidate for r in records}
-    assert drop_rules.PAYBACK not in trial.dropped_because.values()
+    assert X32 in {r._candidate for r in records}
+    assert Drop.PAYBACK not in trial.dropped_because.values()
     assert trial.decide()[0] in (X32, X16)
 
 
@@ -317,10 +298,10 @@ def test_an_xla_candidate_predicted_not_to_pay_back_is_never_compiled():
 
     trial, records = trial_of(1000)
     assert X16 not in {r._candidate for r in records}
-    slower = {A32: drop_rules.SLOWER, A16: drop_rules.SLOWER}
+    slower = {A32: Drop.SLOWER, A16: Drop.SLOWER}
     assert trial.dropped_because == {
         **slower,
-        X16: drop_rules.PREDICTED_PAYBACK,
+        X16: Drop.PREDICTED_PAYBACK,
     }
     winner, decision = trial.decide()
     assert winner == X32
@@ -336,17 +317,17 @@ def test_an_xla_candidate_predicted_not_to_pay_back_is_never_compiled():
 def test_the_expected_saving_of_a_prediction_weighs_its_error_band():
     # Uniform from 1.3x faster to 1.3x slower than predicted; a step
     # slower than the best saves nothing.
-    assert drop_rules.expected_saving(0.4, 0.6) == 0.0
+    assert policy.expected_saving(0.4, 0.6) == 0.0
     # Predicted at 10 ms against a best of 10 ms: the band's fast part
     # (7.69-10 ms, 43% of it) saves 1.15 ms on average: 0.50 ms.
-    assert drop_rules.expected_saving(0.010, 0.010) == pytest.approx(
+    assert policy.expected_saving(0.010, 0.010) == pytest.approx(
         (0.010 - 0.010 / 1.3) ** 2 / (2 * (0.013 - 0.010 / 1.3))
     )
-    assert drop_rules.expected_saving(0.010, 0.010) == pytest.approx(
+    assert policy.expected_saving(0.010, 0.010) == pytest.approx(
         0.000502, abs=1e-6
     )
     # The whole band faster than the best: the best less the band's mean.
-    assert drop_rules.expected_saving(0.020, 0.010) == pytest.approx(
+    assert policy.expected_saving(0.020, 0.010) == pytest.approx(
         0.020 - (0.010 / 1.3 + 0.013) / 2
     )
     # The ResNet-50 run this rule was written for (2-core CPU): XLA at
@@ -355,7 +336,7 @@ def test_the_expected_saving_of_a_prediction_weighs_its_error_band():
     # band's fast end (392 ms) it would save 21 s and was compiled; it ran
     # at 640 ms. Its expected saving is 10.3 ms a step, 2.9 s in all.
     xla16 = Candidate(True, "mixed_bfloat16")
-    drops = drop_rules.cannot_pay_back(
+    drops = policy.cannot_pay_back(
         untried=[xla16],
         left=282,
         best=0.467,
@@ -363,8 +344,8 @@ def test_the_expected_saving_of_a_prediction_weighs_its_error_band():
         compiles=[16.6],
         predict=lambda c: 0.510,
     )
-    assert drops == {xla16: drop_rules.PREDICTED_PAYBACK}
-    assert drop_rules.expected_saving(0.467, 0.510) * 282 == pytest.approx(
+    assert drops == {xla16: Drop.PREDICTED_PAYBACK}
+    assert policy.expected_saving(0.467, 0.510) * 282 == pytest.approx(
         2.9, abs=0.05
     )
 
@@ -381,29 +362,27 @@ def test_a_trial_of_two_ends_when_one_is_dropped_and_a_baseline_does_not():
 
 
 def test_budget_and_window_size():
-    assert trial_budget.budget_steps(0.25, 400) == 100
-    assert trial_budget.budget_steps(120, None) == 120
-    assert trial_budget.budget_steps(0.25, None) is None
-    assert trial_budget.window_calls(100, 4, 1) == 8
-    assert trial_budget.window_calls(35, 4, 1) == 0
-    assert trial_budget.window_calls(36, 4, 1) == 3
-    assert (
-        trial_budget.window_calls(10_000, 2, 1) == trial_budget.MAX_WINDOW_CALLS
-    )
-    assert trial_budget.window_calls(100, 2, 4) == 4
+    assert policy.budget_steps(0.25, 400) == 100
+    assert policy.budget_steps(120, None) == 120
+    assert policy.budget_steps(0.25, None) is None
+    assert policy.window_calls(100, 4, 1) == 8
+    assert policy.window_calls(35, 4, 1) == 0
+    assert policy.window_calls(36, 4, 1) == 3
+    assert policy.window_calls(10_000, 2, 1) == policy.TUNABLES.max_window_calls
+    assert policy.window_calls(100, 2, 4) == 4
     # Three rounds where the budget allows, else two.
-    assert trial_budget.schedule(36, 4, 1) == (3, 3)
-    assert trial_budget.schedule(35, 4, 1) == (4, 2)
-    assert trial_budget.schedule(24, 4, 1) == (3, 2)
+    assert policy.schedule(36, 4, 1) == (3, 3)
+    assert policy.schedule(35, 4, 1) == (4, 2)
+    assert policy.schedule(24, 4, 1) == (3, 2)
     # One round (no rotation) only where two do not fit.
-    assert trial_budget.schedule(23, 4, 1) == (5, 1)
-    assert trial_budget.schedule(11, 4, 1) == (0, 0)
-    assert trial_budget.minimum_steps(4, 2, rounds=2) == 48  # 2 x 4 x 3 x 2
-    assert trial_budget.minimum_steps(4, 2) == 24  # one round
+    assert policy.schedule(23, 4, 1) == (5, 1)
+    assert policy.schedule(11, 4, 1) == (0, 0)
+    assert policy.minimum_steps(4, 2, rounds=2) == 48  # 2 x 4 x 3 x 2
+    assert policy.minimum_steps(4, 2) == 24  # one round
     # A short run: raised to two rounds where they fit in 0.6 of the run,
     # else to one where the run holds it; a run too short for one keeps
     # its budget (and skips).
-    run = trial_budget.run_budget
+    run = policy.run_budget
     assert run(0.25, 40, 1, 4, 1) == 24
     assert run(0.25, 20, 1, 4, 1) == 12
     assert run(0.25, 16, 1, 4, 1) == 12
@@ -415,13 +394,13 @@ def test_budget_and_window_size():
     assert run(0.25, 10, 3, 2, 1) == 12  # 30 steps in the run
     for bad in (0, -1, 0.0, 1.5, "a", True):
         with pytest.raises(ValueError, match="trial_budget"):
-            trial_budget.validate_budget(bad)
+            policy.validate_budget(bad)
 
 
 def test_candidates_follow_what_configure_jit_allowed(recommend):
     recommend("mixed_bfloat16")
     model = conv_model(jit_compile=False)
-    plan = trial_runner.plan_candidates
+    plan = plan_candidates
 
     def names(*args):
         return [c.name for c in plan(*args, model)[0]]
@@ -606,7 +585,7 @@ def test_trial_decides_on_a_short_first_epoch(recommend, tmp_path, monkeypatch):
     rows = {c.name: c for c in decision.candidates}
     for name in ("xla/float32", "xla/mixed_bfloat16"):
         assert rows[name].measured_steps == 0
-        assert rows[name].dropped_because == drop_rules.PAYBACK
+        assert rows[name].dropped_because == Drop.PAYBACK
     assert tuner.report.total_compilations == 0
     with open(tmp_path / "trial_decisions.json") as f:
         (entry,) = json.load(f).values()
@@ -653,7 +632,7 @@ def test_trial_decides_on_a_ten_step_run_in_one_round():
     assert decision.status == "decided" and decision.winner == "no_xla/float32"
     assert decision.trial_steps == 3
     rows = {c.name: c for c in decision.candidates}
-    assert rows["xla/float32"].dropped_because == drop_rules.PAYBACK
+    assert rows["xla/float32"].dropped_because == Drop.PAYBACK
     assert tuner.report.total_compilations == 0
     assert int(model.optimizer.iterations.numpy()) == 10
     assert "trial-skipped" not in tuner.report.finding_codes()
@@ -682,7 +661,7 @@ def test_four_candidates_decide_on_a_run_that_holds_one_round(recommend):
     assert decision.trial_steps == 6
     rows = {c.name: c for c in decision.candidates}
     for name in ("xla/float32", "xla/mixed_bfloat16"):
-        assert rows[name].dropped_because == drop_rules.PAYBACK
+        assert rows[name].dropped_because == Drop.PAYBACK
         assert rows[name].measured_steps == 0
     assert tuner.report.total_compilations == 0
     assert int(model.optimizer.iterations.numpy()) == 14
@@ -745,7 +724,6 @@ def test_trial_silences_tensorflows_retracing_warning_only_while_it_runs():
     import logging
 
     from keras_xla import XLATuner
-    from keras_xla import trial_runner as autotune
 
     records = []
 
@@ -771,7 +749,7 @@ def test_trial_silences_tensorflows_retracing_warning_only_while_it_runs():
         tf_logger.removeHandler(handler)
     assert tuner.report.decision["status"] == "decided"
     assert not [m for m in records if "tf.function retracing" in m]
-    assert autotune.RETRACE_FILTER not in tf_logger.filters
+    assert trial_runner.RETRACE_FILTER not in tf_logger.filters
 
 
 def test_trial_with_steps_per_execution_counts_steps_not_calls(
@@ -780,7 +758,7 @@ def test_trial_with_steps_per_execution_counts_steps_not_calls(
     from keras_xla import XLATuner
 
     # Counting, not dropping: every candidate gets all its windows.
-    monkeypatch.setattr(drop_rules, "DROP_FACTOR", float("inf"))
+    no_dropping(monkeypatch)
     model = conv_model(steps_per_execution=2, jit_compile=False)
     x, y = regression_data(32 * 60)
     # 36 steps = 18 calls of 2 steps: 3 rounds x 2 candidates x 3 calls.
@@ -866,7 +844,7 @@ def test_trial_spans_epochs_when_the_first_is_short(monkeypatch, xla_tried):
     # Epochs of 10 steps, 4 epochs: two candidates need 12 steps (2 rounds
     # x 2 x 3 calls), more than one epoch holds: the trial goes on into
     # the second epoch and decides there.
-    monkeypatch.setattr(drop_rules, "DROP_FACTOR", float("inf"))
+    no_dropping(monkeypatch)
     model = conv_model(jit_compile=False)
     x, y = regression_data(32 * 10)
     tuner = fit_trial(model, x, y, 32, 4, jit_compile="auto")
@@ -883,7 +861,7 @@ def test_trial_spans_epochs_when_the_first_is_short(monkeypatch, xla_tried):
 
 
 def test_the_speedup_range_comes_from_the_windows_spread():
-    from keras_xla.core.trial import range_useful, speedup_range
+    from keras_xla.auto.trial import range_useful, speedup_range
 
     slow = [[2.0, 2.1, 1.9, 2.0], [2.2, 2.0, 2.1, 2.3]]
     fast = [[1.0, 1.1, 0.9, 1.0], [1.0, 1.0, 1.1, 1.2]]

@@ -240,7 +240,7 @@ def test_steady_figures_follow_one_rule_with_and_without_xla(
 
 
 def test_baseline_steps_are_bounded():
-    from keras_xla.baseline_window import baseline_steps
+    from keras_xla.auto.policy import baseline_steps
 
     # A fixed small number on short epochs, a few percent on long ones,
     # at most 120; never more than 30% of a short epoch (but 12 or all).

@@ -224,7 +224,7 @@ class BaselineSection(Section):
     run_steps: int = 0
     window_seconds: float = 0.0
     trace_seconds: float | None = None
-    # The speedup's range from the windows' spread (`core.trial.
+    # The speedup's range from the windows' spread (`auto.trial.
     # speedup_range`), the rounds of windows, and the `[epoch, step]` of
     # the first and last step the windows ran.
     speedup_low: float | None = None

@@ -1,58 +1,29 @@
-"""A live trial of XLA on/off and precision candidates in the first epoch.
+"""One trial's schedule, measurements and decision. Pure Python.
 
-"Turn on XLA and mixed precision" is often wrong: which configuration
-trains fastest depends on the hardware, the model and the TensorFlow
-version. With `XLATuner(jit_compile="auto")` and/or
-`mixed_precision="auto"`, the first epoch's first steps run in short
-windows of each candidate configuration (XLA on/off x float32/the
-recommended policy), the order rotating from round to round so that drift
-of the machine hits every candidate alike. The no-XLA candidates run
-first; the XLA ones, whose compilations are the trial's dearest calls,
-follow in the order their no-XLA twins ran fastest, so the likeliest
-winner compiles first and the grid's prediction from it may spare the
-other's compile. Every step is a real training step on the same weights
-and optimizer state. The first call of each
-window (it pays a switch, and the candidate's compilation in its first
-window) and any call that compiled or traced is left out of the timing.
-The fastest candidate by median step time trains the rest of the run.
-
-This module is the schedule, the measurements and the decision, pure
-Python; which candidates get no more windows is `drop_rules`', what a
-decided trial cost is `trial_cost`'s, and putting the live model in a
-candidate's configuration is `keras_xla.trial_runner`'s.
+The first epoch's first steps run in short windows of each candidate
+configuration (`policy.Candidate`), the order rotating from round to
+round so that drift of the machine hits every candidate alike; the
+no-XLA candidates run first. Every step is a real training step on the
+same weights and optimizer state. The first call of each window (it pays
+a switch, and the candidate's compilation in its first window) and any
+call that compiled or traced is left out of the timing. At each window
+boundary the policy drops candidates that cannot win; the fastest by
+median step time trains the rest of the run. Putting the live model in a
+candidate's configuration is `keras_xla.auto.runner`'s.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import math
 import statistics
 from typing import Any
 
 import numpy as np
 
-from keras_xla.core import drop_rules, trial_cost
-from keras_xla.core.drop_rules import PAYBACK, PREDICTED_PAYBACK
+from keras_xla.auto import policy
+from keras_xla.auto.policy import TUNABLES, Candidate, Drop, Status, Tunables
 from keras_xla.core.report import CandidateResult, Decision
 from keras_xla.core.timing import ms
-from keras_xla.core.trial_budget import ROUNDS
-
-AUTO = "auto"
-
-
-@dataclasses.dataclass(frozen=True)
-class Candidate:
-    """One configuration: XLA on or off, a dtype policy name, and whether
-    auto-clustering (`set_jit`) is on (None: left as the user set it)."""
-
-    jit: bool
-    policy: str
-    clustering: bool | None = None
-
-    @property
-    def name(self) -> str:
-        if self.clustering and not self.jit:
-            return f"autoclustering/{self.policy}"
-        return f"{'xla' if self.jit else 'no_xla'}/{self.policy}"
 
 
 class Trial:
@@ -63,8 +34,10 @@ class Trial:
         default: Keras's default configuration, for the speedup figure.
         window_calls: Calls of the train function per window.
         steps_per_call: Steps one call runs.
-        rounds: Windows per candidate. Defaults to `ROUNDS`.
+        rounds: Windows per candidate. Defaults to `tunables.rounds`.
         drop: Whether clearly slower candidates get no more windows.
+        tunables: The policy's numbers and switches. Defaults to
+            `policy.TUNABLES`.
     """
 
     def __init__(
@@ -73,9 +46,13 @@ class Trial:
         default: Candidate,
         window_calls: int,
         steps_per_call: int = 1,
-        rounds: int = ROUNDS,
+        rounds: int | None = None,
         drop: bool = True,
+        tunables: Tunables | None = None,
     ) -> None:
+        # (Read now: a test or benchmark may set `policy.TUNABLES`.)
+        self.tunables = tunables or policy.TUNABLES
+        rounds = self.tunables.rounds if rounds is None else rounds
         self.candidates = candidates
         self.default = default
         self.window_calls = window_calls
@@ -103,7 +80,7 @@ class Trial:
         self.run_steps: int | None = None
         # Candidates given no more windows, with the trial steps run then.
         self.dropped: dict[Candidate, int] = {}
-        self.dropped_because: dict[Candidate, str] = {}
+        self.dropped_because: dict[Candidate, Drop] = {}
         self._drop = drop
         # Each window's timed steps (seconds), in order: the spread the
         # speedup's range comes from.
@@ -156,7 +133,6 @@ class Trial:
         if len(self.span) == 1:
             self.span.insert(0, (self.epoch, fresh[0].first_step))
         self._drop_slower()
-        self._order_compiles()
 
     def _drop_slower(self) -> None:
         """At a window boundary, candidates that cannot win get no more
@@ -164,8 +140,8 @@ class Trial:
         than the best measured median (`DROP_FACTOR`), an unmeasured one
         whose median the XLA x precision grid predicts clearly slower, and
         an unmeasured compiling one that cannot pay its compile back in
-        the run's steps left (so neither is ever compiled). The trial
-        stops spending steps on a loser."""
+        the run's steps left (`policy`'s rules: neither is ever
+        compiled)."""
         live = [c for c in self.candidates if c not in self.dropped]
         if not self._drop or len(live) < 2 or not self.boundary():
             return  # (mid-window: a paused trial's epoch end)
@@ -178,8 +154,8 @@ class Trial:
         if not measured:
             return
         best = min(medians[c] for c in measured)
-        slow = drop_rules.slower(
-            live, best, medians, self._seconds, self.candidates
+        slow = policy.slower(
+            live, best, medians, self._seconds, self.candidates, self.tunables
         )
         # (Clearly slower holds for any run length; these for this one.)
         for c, because in self.cannot_pay_back(live, best, medians).items():
@@ -196,36 +172,10 @@ class Trial:
             rest = []
         self.plan = self.plan[: self.position] + rest
 
-    def _order_compiles(self) -> None:
-        """At a window boundary, the XLA candidates not yet run take their
-        places in the plan in the order of their no-XLA twins' medians,
-        fastest first. The one likeliest to win compiles first, and the
-        grid's prediction from it can drop the other before its compile:
-        where XLA at the faster precision wins (the usual case on a GPU),
-        the other XLA candidate is predicted slower by the precision's
-        gain, and over 1.3x that is never compiled."""
-        if not self.boundary():
-            return
-        rest = self.plan[self.position :]
-        untried = [
-            c for c in dict.fromkeys(rest) if c.jit and c not in self._first
-        ]
-        twin = {
-            t.policy: t
-            for t in self.candidates
-            if not t.jit and not t.clustering
-        }
-        times = {c: self._seconds.get(twin.get(c.policy), []) for c in untried}
-        if len(untried) < 2 or any(len(t) < 2 for t in times.values()):
-            return
-        fastest = sorted(untried, key=lambda c: statistics.median(times[c]))
-        swap = dict(zip(untried, fastest))
-        self.plan[self.position :] = [swap.get(c, c) for c in rest]
-
     def cannot_pay_back(self, live: list, best: float, medians: dict) -> dict:
         """The live XLA candidates not yet run whose compile the run's
-        steps left cannot pay back (`drop_rules.cannot_pay_back`), each
-        with why. Auto-clustering reuses the traced step: not judged."""
+        steps left cannot pay back (`policy.cannot_pay_back`), each with
+        why. Auto-clustering reuses the traced step: not judged."""
         if not self.run_steps:
             return {}
         excess = {
@@ -233,13 +183,16 @@ class Trial:
             for c in self._first
             if (t := self.first_call_excess(c)) is not None
         }
-        return drop_rules.cannot_pay_back(
+        return policy.cannot_pay_back(
             untried=[c for c in live if c not in self._first and c.jit],
             left=self.run_steps - self._calls * self.steps_per_call,
             best=best,
             traces=list(excess.values()),
             compiles=[t for c, t in excess.items() if c.jit],
-            predict=lambda c: drop_rules.predicted(c, self.candidates, medians),
+            predict=lambda c: policy.predicted(
+                c, self.candidates, medians, self.tunables
+            ),
+            t=self.tunables,
         )
 
     def new_epoch(self) -> None:
@@ -264,6 +217,7 @@ class Trial:
         return speedup_range(
             [t for c, t in self.windows if c == slow and t],
             [t for c, t in self.windows if c == fast and t],
+            self.tunables,
         )
 
     def medians_ms(self) -> dict[Candidate, float | None]:
@@ -308,7 +262,7 @@ class Trial:
             if medians[c] is None and c not in self.dropped
         ]
         decision = Decision(
-            status="skipped",
+            status=Status.SKIPPED,
             winner=None,
             reason="",
             candidates=rows,
@@ -324,16 +278,16 @@ class Trial:
             decision.reason = "too few timed steps of " + ", ".join(missing)
             return None, decision
         winner = min(measured, key=lambda c: medians[c])
-        decision.status, decision.winner = "decided", winner.name
+        decision.status, decision.winner = Status.DECIDED, winner.name
         compile_s = next(r for r in rows if r.name == winner.name)
-        speedup, steps = trial_cost.versus_default(
+        speedup, steps = versus_default(
             winner, self.default, medians, compile_s.compile_seconds
         )
         decision.speedup_vs_default = speedup
         decision.break_even_steps = steps
         trial_steps = self._calls * self.steps_per_call
         best = medians[winner]
-        firsts, slower = trial_cost.beyond_winner(
+        firsts, slower = beyond_winner(
             first_calls={c: self.first_call_excess(c) for c in self._first},
             traced={c: r.trace_seconds for c, r in self._first.items()},
             winner=winner,
@@ -351,9 +305,10 @@ class Trial:
             f"{c.name} {medians[c] * 1000:.2f} ms" for c in ranked
         )
         why = {
-            PAYBACK: "an XLA compile could not pay back in the steps left",
-            PREDICTED_PAYBACK: "at the speed the other candidates predict, "
-            "its compile is not expected to pay back in the steps left",
+            Drop.PAYBACK: "an XLA compile could not pay back in the steps left",
+            Drop.PREDICTED_PAYBACK: "at the speed the other candidates "
+            "predict, its compile is not expected to pay back in the steps "
+            "left",
         }
         for because, text in why.items():
             unpaid = [
@@ -371,19 +326,15 @@ def candidate_row(c, measured=0, median_ms=None, compile_seconds=None):
     )
 
 
-# The speedup's range: the central share of bootstrap resamples kept,
-# and how many (seeded: the same windows give the same range).
-RANGE_SHARE = 0.9
-RESAMPLES = 400
-
-
 def speedup_range(
-    slow: list[list[float]], fast: list[list[float]]
+    slow: list[list[float]],
+    fast: list[list[float]],
+    t: Tunables = TUNABLES,
 ) -> tuple[float, float] | None:
     """The range of `median(slow) / median(fast)` that the windows' own
     spread allows: from the smallest to the largest of (a) the ratio of
     each round's window medians (drift of the machine from round to
-    round) and (b) the central `RANGE_SHARE` of the ratios of medians of
+    round) and (b) the central `range_share` of the ratios of medians of
     the timed steps resampled with replacement, each side within its
     windows (the spread of steps in a window). None with fewer than
     two timed steps a side.
@@ -392,6 +343,7 @@ def speedup_range(
         slow: Per window of the slower-expected side (no XLA), its timed
             steps' seconds.
         fast: The same for the other side (XLA).
+        t: The tunables (`range_share`, `resamples`).
     """
     pooled_slow = [t for w in slow for t in w]
     pooled_fast = [t for w in fast for t in w]
@@ -402,32 +354,93 @@ def speedup_range(
         for a, b in zip(slow, fast)
         if a and b and statistics.median(b) > 0
     ]
-    # Vectorized: it runs in a step hook, where 400 resamples in Python
-    # took 33 ms.
+    # Vectorized: it runs in a step hook.
     rng = np.random.default_rng(0)
 
     def resampled_medians(windows):
         columns = [
-            np.asarray(w)[rng.integers(0, len(w), (RESAMPLES, len(w)))]
+            np.asarray(w)[rng.integers(0, len(w), (t.resamples, len(w)))]
             for w in windows
             if w
         ]
         return np.median(np.concatenate(columns, axis=1), axis=1)
 
     ratios = np.sort(resampled_medians(slow) / resampled_medians(fast))
-    cut = int(RESAMPLES * (1 - RANGE_SHARE) / 2)
-    central = ratios[cut : RESAMPLES - cut]
+    cut = int(t.resamples * (1 - t.range_share) / 2)
+    central = ratios[cut : t.resamples - cut]
     low, high = float(central[0]), float(central[-1])
     return min([low, *rounds]), max([high, *rounds])
 
 
-# A range narrower than this share of its speedup is useful as it is.
-USEFUL_WIDTH = 0.2
-
-
-def range_useful(low: float, high: float) -> bool:
+def range_useful(low: float, high: float, t: Tunables = TUNABLES) -> bool:
     """Whether a speedup's range tells the reader enough: it says which
-    side of 1.0 XLA is on, or it is narrower than `USEFUL_WIDTH` of its
+    side of 1.0 XLA is on, or it is narrower than `useful_width` of its
     middle."""
     middle = (low + high) / 2
-    return low > 1.0 or high < 1.0 or high - low <= USEFUL_WIDTH * middle
+    return low > 1.0 or high < 1.0 or high - low <= t.useful_width * middle
+
+
+def beyond_winner(
+    first_calls: dict[Any, float | None],
+    traced: dict[Any, float],
+    winner: Any,
+    wall: float,
+) -> tuple[float, float]:
+    """`(first-call seconds, slow-window seconds)`: what the trial cost
+    beyond a run on the winner alone.
+
+    Args:
+        first_calls: Each run candidate's first call beyond its median
+            steps (its trace, or its compile), in the order they ran: the
+            first is the fit's first call.
+        traced: The Python trace seconds in each one's first call.
+        winner: The winner (one of them).
+        wall: The trial's wall time beyond its steps at the winner's
+            median.
+
+    A run on the winner alone makes one first call: it pays the fit's
+    start and the winner's trace (and compile), taken as the larger of
+    the trial's first call and the winner's own. A winner whose first
+    call traced nothing, where a candidate of its precision traced, called
+    the step that one traced (an XLA winner after its no-XLA twin); alone
+    it would pay that trace too. The slow windows are the rest of `wall`
+    (slower steps, each window's switching call). BENCHMARKS.md ("auto"
+    on short runs) has how close this comes to the measured cost.
+    """
+    excess = {c: t or 0.0 for c, t in first_calls.items()}
+    opening = next(iter(excess))
+    own = excess.get(winner, 0.0)
+    twin_trace = max(
+        (
+            traced[c]
+            for c in excess
+            if c != winner and c.policy == winner.policy
+        ),
+        default=0.0,
+    )
+    shared = winner in traced and not traced[winner]
+    if winner != opening and shared and twin_trace:
+        alone = max(excess[opening], twin_trace + own)
+    else:
+        alone = max(excess[opening], own)
+    return sum(excess.values()) - alone, wall - sum(excess.values())
+
+
+def versus_default(
+    winner: Any, default: Any, medians: dict, compile_seconds: float | None
+) -> tuple[float | None, int | None]:
+    """`(speedup over Keras's default, break-even steps)`: the default's
+    median over the winner's, and the steps the winner's time saved a step
+    takes to repay its `compile_seconds` (None where it saves nothing)."""
+    base = medians.get(default)
+    if base is None:
+        return None, None
+    gain = base - medians[winner]
+    seconds = compile_seconds or 0.0
+    if winner == default:
+        steps = 0
+    elif gain > 0:
+        steps = math.ceil(seconds / gain)
+    else:
+        steps = None
+    return round(base / medians[winner], 4), steps

@@ -1,33 +1,37 @@
-"""The XLA/precision trial on a live model (`keras_xla.core.trial`).
+"""The trial and the no-XLA baseline window on a live model.
 
 `plan()` puts the model in the first candidate's configuration and returns
 a `TrialRunner`, or, when there is nothing to try or no room to try it, a
-`Settlement`: the model's configuration to train with, the report's
-decision and, when the trial was skipped, why and how to make room. The
-runner switches candidates at window boundaries and, when the trial ends,
-returns the `Settlement` of the winner. The owner of the fit applies what
-these return (XLA on or off, the step functions, the report); nothing
-here touches the tuner.
+`Decided`: the report's decision and, when the trial was skipped, why and
+how to make room. `plan_baseline()` does the same for the baseline window
+(real steps without XLA, in windows interleaved with XLA's, by the same
+mechanism; the model keeps XLA after it), whose result is a `Measured`.
+The runner switches candidates at window boundaries and, when the trial
+ends, returns its result. The owner of the fit applies what these return
+(XLA on or off, the step functions, the report); nothing here touches the
+tuner.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import logging
 from collections.abc import Callable
 from typing import Any
 
-from keras_xla.configurations import ModelState, configure, plan_candidates
-from keras_xla.core import drop_rules, trial_budget
-from keras_xla.core import trial as trial_lib
+from keras_xla.auto import policy
+from keras_xla.auto import trial as trial_lib
+from keras_xla.auto.memory import DecisionMemory
+from keras_xla.auto.model_state import ModelState, configure, plan_candidates
+from keras_xla.auto.policy import Candidate, Status
+from keras_xla.auto.trial import Trial
 from keras_xla.core.report import BaselineSection, Decision
-from keras_xla.core.trial import Candidate, Trial
 from keras_xla.tf_backend import jit as jit_lib
-from keras_xla.tf_backend.decision_memory import DecisionMemory
 
 
 @dataclasses.dataclass
-class Settlement:
+class Decided:
     """How the model trains after the trial (or instead of it).
 
     Attributes:
@@ -37,17 +41,31 @@ class Settlement:
             to reuse; None when nothing was decided.
     """
 
-    decision: Decision | None
+    decision: Decision
     skipped: tuple[str, str] | None = None
     kept: ModelState | None = None
-    baseline: BaselineSection | None = None
 
     def jit_reason(self) -> str:
-        """The jit reason after a trial's decision (not a baseline's)."""
         d = self.decision
-        if d.status in ("decided", "reused", "remembered"):
+        if d.status in (Status.DECIDED, Status.REUSED, Status.REMEMBERED):
             return f"the trial chose {d.winner} ({d.reason})"
         return d.reason
+
+
+@dataclasses.dataclass
+class Measured:
+    """The no-XLA baseline window's result: the report's `baseline`
+    section (its figures, or why there are none)."""
+
+    baseline: BaselineSection
+
+
+class Next(enum.Enum):
+    """What the owner does after `TrialRunner.before_call`."""
+
+    CALL = "call"  # nothing: make the call
+    SWITCHED = "switched"  # the model changed: rebuild the train function
+    DONE = "done"  # the trial is over: call `finish`
 
 
 class _TrialRetraces(logging.Filter):
@@ -60,7 +78,6 @@ class _TrialRetraces(logging.Filter):
 
 
 RETRACE_FILTER = _TrialRetraces()
-DONE, SWITCHED = "done", "switched"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,7 +118,7 @@ def plan(
     request: Request,
     original: ModelState,
     previous: tuple[Any, ModelState, Decision] | None,
-) -> TrialRunner | Settlement:
+) -> TrialRunner | Decided:
     """Starts the trial (the model in its first candidate's
     configuration), or settles at once.
 
@@ -119,16 +136,17 @@ def plan(
         model,
         request.clustering,
     )
+    t = policy.TUNABLES
     rows = [trial_lib.candidate_row(c) for c in candidates]
     if previous is not None and previous[0] is model:
         _, state, decision = previous
         state.restore(model)
-        return Settlement(dataclasses.replace(decision, status="reused"))
+        return Decided(dataclasses.replace(decision, status=Status.REUSED))
     if len(candidates) == 1:
         configure(model, original, candidates[0])
-        return Settlement(
+        return Decided(
             Decision(
-                "single-candidate",
+                Status.SINGLE,
                 candidates[0].name,
                 "nothing else to try",
                 rows,
@@ -136,10 +154,8 @@ def plan(
         )
     spe, steps = request.steps_per_call, request.epoch_steps
     n = len(candidates)
-    budget = trial_budget.run_budget(
-        request.budget, steps, request.epochs, n, spe
-    )
-    calls, rounds = trial_budget.schedule(budget or 0, n, spe)
+    budget = policy.run_budget(request.budget, steps, request.epochs, n, spe, t)
+    calls, rounds = policy.schedule(budget or 0, n, spe, t)
     problem = None
     if not request.probed:
         problem = (
@@ -153,7 +169,7 @@ def plan(
             "Pass `steps_per_epoch` to fit, or `trial_budget=<steps>`.",
         )
     elif not calls:
-        need = trial_budget.minimum_steps(n, spe)
+        need = policy.minimum_steps(n, spe, t=t)
         problem = (
             f"its budget is {budget} step{'s' * (budget != 1)} (trial_budget="
             f"{request.budget!r} of {steps}); {len(candidates)} "
@@ -163,7 +179,7 @@ def plan(
             "explicitly.",
         )
     if problem is not None:
-        decision = Decision("skipped", None, "", rows)
+        decision = Decision(Status.SKIPPED, None, "", rows)
         return _fall_back(
             model, original, request.xla_possible, decision, *problem
         )
@@ -174,7 +190,7 @@ def plan(
         # The likely winner first: a recalled run then never switches.
         likely = memory.likely()
         candidates.sort(key=lambda c: c.name != likely)
-    trial = Trial(candidates, default, calls, spe, rounds)
+    trial = Trial(candidates, default, calls, spe, rounds, tunables=t)
     if steps:
         trial.run_steps = steps * (request.epochs or 1)
     spans = bool(steps) and budget > steps
@@ -186,6 +202,85 @@ def plan(
     )
     runner.spans = spans
     runner.switch(model, candidates[0])
+    logging.getLogger("tensorflow").addFilter(RETRACE_FILTER)
+    return runner
+
+
+# Why a fit on data of unknown length has no baseline yet: it runs in
+# the second epoch, whose length the first told.
+DEFERRED_REASON = (
+    "the first epoch's length is unknown; the baseline runs in the second"
+)
+
+
+def plan_baseline(
+    model: Any, request: Request, original: ModelState
+) -> TrialRunner | Measured:
+    """A no-XLA baseline for a fit with XLA on: windows without XLA
+    interleaved with XLA's (`baseline_rounds`: three each, or two where
+    the budget allows no more), `policy.baseline_steps` of the first
+    epoch; the model keeps XLA after it."""
+    t = policy.TUNABLES
+    spe, steps = request.steps_per_call, request.epoch_steps
+    if not request.baseline:
+        off = "the baseline window is off (XLATuner(baseline=False))"
+        return Measured(BaselineSection(reason=off))
+    if not steps and (request.epochs or 1) > 1:
+        # The second epoch's length is the first's: the owner starts the
+        # baseline there (`plan_baseline` again, with that length).
+        return Measured(BaselineSection(reason=DEFERRED_REASON))
+    if not steps:
+        # Measured: Keras's end-of-data call of a non-XLA train function
+        # advances optimizer.iterations (12 for 10 batches over two
+        # epochs; 10 with XLA), so no-XLA windows must not meet it.
+        return Measured(
+            BaselineSection(
+                reason="the first epoch's length is unknown, and a no-XLA "
+                "call at the end of the data would advance the optimizer's "
+                "step count in Keras (pass steps_per_epoch to fit)"
+            )
+        )
+    budget = policy.baseline_steps(steps, t)
+    # A first epoch too short for the fewest windows: they span epochs
+    # (as the trial does) where the run holds them.
+    run = steps * (request.epochs or 1)
+    spans = budget < t.baseline_min_steps <= run
+    if spans:
+        budget = t.baseline_min_steps
+    for rounds in t.baseline_rounds:
+        calls = budget // spe // (2 * rounds)
+        if calls >= t.min_window_calls:
+            break
+    if not request.probed or calls < t.min_window_calls:
+        need = 2 * rounds * t.min_window_calls * spe
+        why = (
+            "the model's steps carry no probe (a plain model under a "
+            "multi-replica strategy)"
+            if not request.probed
+            else f"the first epoch has {steps} steps; the baseline needs {need}"
+        )
+        return Measured(BaselineSection(reason=why))
+    dtype = model.dtype_policy.name
+    keep = Candidate(True, dtype)
+    # No dropping: the baseline measures both sides, however clear.
+    trial = Trial(
+        [keep, Candidate(False, dtype)],
+        keep,
+        calls,
+        spe,
+        rounds=rounds,
+        drop=False,
+        tunables=t,
+    )
+    runner = TrialRunner(trial, original, True, keep=keep)
+    runner.spans = spans
+    # More rounds while the speedup's range is not useful: within the
+    # tuner's trial_budget, and within the first epoch.
+    limit = policy.budget_steps(request.budget, steps) or 0
+    if not spans:
+        limit = min(limit, steps - spe)
+    runner.extend_to = max(limit, 0) // spe
+    runner.switch(model, keep)
     logging.getLogger("tensorflow").addFilter(RETRACE_FILTER)
     return runner
 
@@ -250,18 +345,16 @@ class TrialRunner:
         self.trial.close_window(records)
         return self.trial.done
 
-    def before_call(self, model: Any, records: Callable[[], list]) -> str:
+    def before_call(self, model: Any, records: Callable[[], list]) -> Next:
         """Before each trial call: at a window boundary, hands the train
-        records so far (`records()`) to the trial. Returns `DONE` (call
-        `finish`), `SWITCHED` (the model changed configuration: rebuild
-        the train function) or `""`."""
+        records so far (`records()`) to the trial."""
         if self.memory is not None and self._signature is None:
             if self._recall(records()):
-                return DONE
+                return Next.DONE
         if self.at_boundary() and self.close_window(records()):
             if not self._widen():
-                return DONE
-        return SWITCHED if self.advance(model) else ""
+                return Next.DONE
+        return Next.SWITCHED if self.advance(model) else Next.CALL
 
     def _widen(self) -> bool:
         """A baseline whose speedup range is not useful yet
@@ -272,7 +365,7 @@ class TrialRunner:
             return False
         no_xla = Candidate(False, self.keep.policy)
         found = trial.speedup_range(no_xla, self.keep)
-        if found is not None and trial_lib.range_useful(*found):
+        if found is not None and trial_lib.range_useful(*found, trial.tunables):
             return False
         if trial.position + len(trial.candidates) * trial.window_calls > (
             self.extend_to
@@ -317,7 +410,7 @@ class TrialRunner:
         else:
             state.restore(model)
 
-    def finish(self, model: Any, records: list) -> Settlement:
+    def finish(self, model: Any, records: list) -> Decided | Measured:
         """Decides (on the windows so far, if the epoch ended first) and
         puts the model in the winner's configuration."""
         logging.getLogger("tensorflow").removeFilter(RETRACE_FILTER)
@@ -340,8 +433,7 @@ class TrialRunner:
         # A winner of a run too short to try XLA holds for runs up to
         # this one's length only: a longer run must try XLA again.
         short = any(
-            b in drop_rules.RUN_LENGTH_DROPS
-            for b in self.trial.dropped_because.values()
+            b.run_length_only for b in self.trial.dropped_because.values()
         )
         if self.memory is not None and self._signature is not None:
             self.memory.remember(
@@ -350,9 +442,9 @@ class TrialRunner:
                 decision.reason,
                 up_to_steps=self.trial.run_steps if short else None,
             )
-        return Settlement(decision, kept=self._states[winner])
+        return Decided(decision, kept=self._states[winner])
 
-    def _finish_recalled(self, model: Any) -> Settlement:
+    def _finish_recalled(self, model: Any) -> Decided:
         entry = self._recalled
         limit = entry.get("up_to_steps")
         held = f", for runs of up to {limit} steps" if limit else ""
@@ -361,7 +453,7 @@ class TrialRunner:
         )
         self.switch(model, winner)
         decision = Decision(
-            "remembered",
+            Status.REMEMBERED,
             winner.name,
             f"an earlier run's trial ({entry.get('saved_at', '?')}) on the "
             f"same model, inputs, hardware and versions{held}: "
@@ -370,9 +462,9 @@ class TrialRunner:
             default=self.trial.default.name,
             trial_steps=self.trial.position * self.trial.steps_per_call,
         )
-        return Settlement(decision, kept=self._states[winner])
+        return Decided(decision, kept=self._states[winner])
 
-    def _finish_baseline(self, model: Any) -> Settlement:
+    def _finish_baseline(self, model: Any) -> Measured:
         self.switch(model, self.keep)
         trial = self.trial
         medians = trial.medians_ms()
@@ -399,7 +491,7 @@ class TrialRunner:
             section.reason = (
                 "the baseline windows ended before two steps of each were timed"
             )
-        return Settlement(None, baseline=section)
+        return Measured(section)
 
 
 def _fall_back(model, original, xla_possible, decision, problem, fix):
@@ -407,4 +499,4 @@ def _fall_back(model, original, xla_possible, decision, problem, fix):
     original.restore(model)
     jit_lib.set_xla(model, bool(original.jit) and xla_possible)
     decision.reason = f"The XLA/precision trial was skipped: {problem}."
-    return Settlement(decision, skipped=(decision.reason, fix))
+    return Decided(decision, skipped=(decision.reason, fix))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from keras_xla.core.trial import AUTO, Candidate
+from keras_xla.auto.policy import AUTO, Candidate
 from keras_xla.tf_backend import jit as jit_lib
 from keras_xla.tf_backend import precision as precision_lib
 

@@ -1,0 +1,328 @@
+"""The trial's policy: candidates, statuses, tunables, the schedule's
+length, and which candidates get no more windows. Pure Python.
+
+A trial rotates short windows of each candidate configuration, drops the
+clearly slower ones at window boundaries, and keeps the fastest. Two
+heuristics spare it steps and compiles, each measured to earn its place
+(`benchmarks/auto_heuristics.py`, figures in BENCHMARKS.md):
+
+- `predict_grid`: an unmeasured candidate whose median the XLA x
+  precision grid predicts clearly slower is dropped before it runs;
+- `payback`: an XLA candidate whose compile the run's steps left cannot
+  pay back, even at zero step time (`Drop.PAYBACK`), or are not expected
+  to at the grid's predicted speed (`Drop.PREDICTED_PAYBACK`), is
+  dropped before it compiles. These two hold for this run's length only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from typing import Any
+
+AUTO = "auto"
+
+
+class Status(str, enum.Enum):
+    """`report.decision.status` (a string in the JSON)."""
+
+    DECIDED = "decided"
+    REUSED = "reused"  # a second fit kept the first fit's decision
+    REMEMBERED = "remembered"  # an earlier run's decision, from memory
+    SKIPPED = "skipped"
+    SINGLE = "single-candidate"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Drop(str, enum.Enum):
+    """Why a candidate got no more windows (`dropped_because`)."""
+
+    SLOWER = "clearly slower"
+    PREDICTED = "predicted clearly slower"
+    PAYBACK = "its compile cannot pay back in the steps left"
+    PREDICTED_PAYBACK = (
+        "predicted not to pay back its compile in the steps left"
+    )
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def run_length_only(self) -> bool:
+        """Whether the drop holds for this run's length only (a longer
+        run may try the candidate)."""
+        return self in (Drop.PAYBACK, Drop.PREDICTED_PAYBACK)
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One configuration: XLA on or off, a dtype policy name, and whether
+    auto-clustering (`set_jit`) is on (None: left as the user set it)."""
+
+    jit: bool
+    policy: str
+    clustering: bool | None = None
+
+    @property
+    def name(self) -> str:
+        if self.clustering and not self.jit:
+            return f"autoclustering/{self.policy}"
+        return f"{'xla' if self.jit else 'no_xla'}/{self.policy}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Tunables:
+    """Every number the trial and the baseline window decide with.
+
+    Attributes:
+        rounds: Windows per candidate (`min_rounds` on a short budget,
+            `short_rounds` on a run too short for two).
+        min_window_calls: Calls per window: one warm-up and two timed.
+        max_window_calls: The longest window.
+        max_run_share: Two rounds may take up to this share of a short
+            run; one round may take all of it.
+        drop_factor: A candidate whose fastest timed step is this much
+            slower than the best median is clearly slower.
+        single_trace: With one first call measured, the share of it that
+            bounds an XLA candidate's compile (`Drop.PAYBACK`).
+        predict_grid: Whether the grid's prediction drops candidates.
+        payback: Whether the pay-back rules drop XLA candidates.
+        range_share: The central share of bootstrap resamples kept in
+            the speedup's range; `resamples`: how many.
+        useful_width: A range narrower than this share of its middle
+            is useful as it is.
+        baseline_rounds: The baseline's windows per side, in order of
+            preference.
+        baseline_share: The baseline's steps (both sides), as a share of
+            the first epoch, within `baseline_steps` and
+            `baseline_max_steps`; on a short epoch at most
+            `baseline_short_share` of it, never under
+            `baseline_min_steps`.
+    """
+
+    rounds: int = 3
+    min_rounds: int = 2
+    short_rounds: int = 1
+    min_window_calls: int = 3
+    max_window_calls: int = 25
+    max_run_share: float = 0.6
+    drop_factor: float = 1.3
+    single_trace: float = 0.3
+    predict_grid: bool = True
+    payback: bool = True
+    range_share: float = 0.9
+    resamples: int = 400
+    useful_width: float = 0.2
+    baseline_rounds: tuple[int, ...] = (3, 2)
+    baseline_share: float = 0.05
+    baseline_steps: int = 48
+    baseline_max_steps: int = 120
+    baseline_short_share: float = 0.3
+    baseline_min_steps: int = 12
+
+
+TUNABLES = Tunables()
+
+
+# The schedule's length.
+
+
+def window_calls(
+    budget_steps: int,
+    n: int,
+    steps_per_call: int,
+    rounds: int | None = None,
+    t: Tunables = TUNABLES,
+) -> int:
+    """Calls per window for a trial of `budget_steps` steps over `n`
+    candidates in `rounds` rounds (`t.rounds`); 0 when the budget is too
+    small."""
+    rounds = rounds or t.rounds
+    calls = budget_steps // steps_per_call // (rounds * n)
+    if calls < t.min_window_calls:
+        return 0
+    return min(calls, t.max_window_calls)
+
+
+def schedule(
+    budget_steps: int, n: int, steps_per_call: int, t: Tunables = TUNABLES
+) -> tuple[int, int]:
+    """`(calls per window, rounds)` for a budget: `t.rounds` rounds where
+    it allows, else fewer; `(0, 0)` when not even one fits."""
+    for rounds in (t.rounds, t.min_rounds, t.short_rounds):
+        calls = window_calls(budget_steps, n, steps_per_call, rounds, t)
+        if calls:
+            return calls, rounds
+    return 0, 0
+
+
+def budget_steps(budget: Any, epoch_steps: int | None) -> int | None:
+    """Trial steps for `trial_budget` (a fraction of the first epoch, or a
+    number of steps); None when the epoch length is unknown."""
+    if isinstance(budget, int):
+        return budget
+    if not epoch_steps:
+        return None
+    return int(budget * epoch_steps)
+
+
+def validate_budget(budget: Any) -> None:
+    ok = (isinstance(budget, int) and not isinstance(budget, bool)) and (
+        budget >= 1
+    )
+    ok = ok or (isinstance(budget, float) and 0.0 < budget <= 1.0)
+    if not ok:
+        raise ValueError(
+            f"Unsupported value `XLATuner(trial_budget={budget!r})`: pass a "
+            "fraction of the first epoch in (0, 1] (e.g. 0.25) or a number "
+            "of steps (e.g. 120)."
+        )
+
+
+def minimum_steps(
+    n: int, steps_per_call: int, rounds: int = 1, t: Tunables = TUNABLES
+) -> int:
+    """The fewest steps a trial of `n` candidates in `rounds` rounds can
+    decide on (by default one round: the fewest at all)."""
+    return rounds * n * t.min_window_calls * steps_per_call
+
+
+def run_budget(
+    budget: Any,
+    epoch_steps: int | None,
+    epochs: int | None,
+    n: int,
+    steps_per_call: int,
+    t: Tunables = TUNABLES,
+) -> int | None:
+    """The trial's steps for `n` candidates: `trial_budget`, raised to the
+    fewest steps of two rounds when they are at most `max_run_share` of
+    the run, or else of one round when the run holds them (the trial then
+    spans epochs if the first is shorter); None when the epoch length is
+    unknown."""
+    steps = budget_steps(budget, epoch_steps)
+    if steps is None or not epoch_steps:
+        return steps
+    run = epoch_steps * (epochs or 1)
+    for rounds, share in ((t.min_rounds, t.max_run_share), (t.short_rounds, 1)):
+        need = minimum_steps(n, steps_per_call, rounds, t)
+        if steps < need <= share * run:
+            return need
+    return steps
+
+
+def baseline_steps(epoch_steps: int, t: Tunables = TUNABLES) -> int:
+    """The baseline's steps, XLA's and no XLA's, for a first epoch of
+    `epoch_steps` (see `Tunables.baseline_share`)."""
+    budget = int(t.baseline_share * epoch_steps)
+    budget = min(max(budget, t.baseline_steps), t.baseline_max_steps)
+    short = max(int(t.baseline_short_share * epoch_steps), t.baseline_min_steps)
+    return min(budget, short, epoch_steps)
+
+
+# Which candidates get no more windows.
+
+
+def slower(
+    live: list,
+    best: float,
+    medians: dict,
+    seconds: dict,
+    candidates: list,
+    t: Tunables = TUNABLES,
+) -> dict[Any, Drop]:
+    """`SLOWER` and `PREDICTED` drops among `live` against the `best`
+    measured median, given each measured candidate's median and timed
+    steps (`seconds`); none under two measured candidates (slower than
+    what?)."""
+    measured = [c for c in live if c in medians]
+    if len(measured) < 2:
+        return {}
+    out = {}
+    for c in measured:
+        if min(seconds[c]) > t.drop_factor * best:
+            out[c] = Drop.SLOWER
+    for c in live:
+        guess = None if c in medians else predicted(c, candidates, medians, t)
+        if guess is not None and guess > t.drop_factor * best:
+            out[c] = Drop.PREDICTED
+    return out
+
+
+def cannot_pay_back(
+    untried: list,
+    left: int,
+    best: float,
+    traces: list,
+    compiles: list,
+    predict: Any,
+    t: Tunables = TUNABLES,
+) -> dict[Any, Drop]:
+    """The untried XLA candidates whose compile `left` steps cannot pay
+    back, each with why.
+
+    `PAYBACK`: even if their step took no time at all, those steps at the
+    `best` measured median take less than the cheapest measured first
+    call beyond a step (`traces`); with one measured, `single_trace` of
+    it (that first call also paid the fit's start).
+    `PREDICTED_PAYBACK`: at the speed the grid predicts (`predict(c)`,
+    None where it cannot), the expected saving a step over the steps
+    left is less than the cheapest measured XLA first call (`compiles`).
+    """
+    if not t.payback or not traces:
+        return {}
+    bound = min(traces) if len(traces) > 1 else t.single_trace * traces[0]
+    if left * best < bound:
+        return {c: Drop.PAYBACK for c in untried}
+    out = {}
+    for c in untried:
+        guess = predict(c)
+        if guess is None or not compiles:
+            continue
+        if expected_saving(best, guess, t) * left < min(compiles):
+            out[c] = Drop.PREDICTED_PAYBACK
+    return out
+
+
+def expected_saving(best: float, guess: float, t: Tunables = TUNABLES) -> float:
+    """What a candidate predicted at `guess` seconds a step is expected to
+    save a step against the `best` measured median, where its real median
+    lies anywhere (uniformly) from `drop_factor` times faster to
+    `drop_factor` times slower than predicted (the margin the trial gives
+    a prediction); a step slower than `best` saves nothing, since the
+    trial would drop it."""
+    if math.isinf(t.drop_factor):  # no band: only `PAYBACK`'s bound holds
+        return best
+    low, high = guess / t.drop_factor, guess * t.drop_factor
+    if best <= low:
+        return 0.0
+    if best >= high:
+        return best - (low + high) / 2
+    return (best - low) ** 2 / (2 * (high - low))
+
+
+def predicted(
+    c: Any, candidates: list, medians: dict, t: Tunables = TUNABLES
+) -> float | None:
+    """An unmeasured candidate's median from the other three corners of
+    the XLA x precision grid (each factor acting alone: its XLA setting at
+    the other policy, times the other setting at its policy, over the
+    other setting at the other policy); None where the grid cannot tell,
+    or `predict_grid` is off."""
+    policies = {x.policy for x in candidates}
+    if not t.predict_grid or c.clustering is not None or len(policies) != 2:
+        return None
+    (other,) = policies - {c.policy}
+    flipped = dataclasses.replace(c, jit=not c.jit)
+    corners = (
+        dataclasses.replace(c, policy=other),
+        flipped,
+        dataclasses.replace(flipped, policy=other),
+    )
+    if not all(k in medians for k in corners):
+        return None
+    a, b, base = (medians[k] for k in corners)
+    return a * b / base
