@@ -250,6 +250,27 @@ def data_parallel(log_dir):
     return out
 
 
+def settings(log_dir):
+    """jit_compile="auto" (the trial is TensorFlow's for now) and
+    jit_compile=False (the step runs op by op: no step compilation)."""
+    model = dense_model()
+    x = np.random.rand(48, 4).astype("float32")
+    y = np.random.rand(48, 1).astype("float32")
+    auto = keras_xla.XLATuner(verbose=0, jit_compile="auto", baseline=False)
+    start = len(EVENTS)
+    model.fit(x, y, batch_size=8, verbose=0, callbacks=[auto])
+    out = {"auto": summary(auto, start)}
+    off = keras_xla.XLATuner(verbose=0, jit_compile=False)
+    start = len(EVENTS)
+    model.fit(x, y, batch_size=8, verbose=0, callbacks=[off])
+    out["off"] = summary(off, start)
+    out["off"]["jit_after"] = bool(model.jit_compile)
+    out["auto_findings"] = [
+        f.message for f in auto.report.findings if f.code == "trial-skipped"
+    ]
+    return out
+
+
 def main():
     args = sys.argv[1:]
     cache_dir = None

@@ -45,10 +45,8 @@ def fits(tmp_path_factory):
     compile cache; a second process: the cache's second run."""
     root = tmp_path_factory.mktemp("jax")
     cache = root / "cache"
-    first = run(
-        root / "one", "partial", "padded", "spe", "baseline", "cache",
-        cache=cache,
-    )  # fmt: skip
+    scenarios = ("partial", "padded", "spe", "baseline", "settings", "cache")
+    first = run(root / "one", *scenarios, cache=cache)
     second = run(root / "two", "cache", cache=cache)
     return {"root": root, "cache": cache, "first": first, "second": second}
 
@@ -232,3 +230,23 @@ def test_data_parallel_on_two_host_devices(tmp_path):
     assert dp["odd_codes"] == ["partial-last-batch"]
     assert "divisible by 2" in dp["odd_findings"][0]
     assert result["tensorflow_imported"] is False
+
+
+def test_auto_is_tensorflow_only_and_trains_with_the_models_setting(fits):
+    run_ = fits["first"]["settings"]
+    auto = run_["auto"]
+    assert auto["codes"] == ["trial-skipped"]
+    assert "TensorFlow backend only" in run_["auto_findings"][0]
+    assert auto["jit"] is True  # the model's own setting ("auto": on)
+    assert auto["truth"]["train"] == 1 == counted(auto, "train")
+
+
+def test_jit_compile_false_runs_op_by_op_and_counts_no_step_compile(fits):
+    off = fits["first"]["settings"]["off"]
+    assert off["jit"] is False
+    assert off["truth"]["train"] == 0
+    assert [e["compilations"] for e in off["epochs"]] == [0]
+    assert off["verdict"]["xla_enabled"] is False
+    assert off["baseline"]["reason"] == "XLA is off in this fit"
+    # The model is put back as the user compiled it.
+    assert off["jit_after"] is True
