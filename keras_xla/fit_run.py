@@ -3,8 +3,8 @@
 The callback's hooks call a `FitRun`; it alone holds whether XLA is on,
 the step functions, the step log, the trial, the profile window and the
 report. The pieces it uses take values and return results (records,
-statistics, a settlement, report sections, findings); the owner applies
-them. Data flows one way: batch -> probe -> step records -> accounting ->
+statistics, a trial's result, report sections, findings); the owner
+applies them. What the fit borrows of the model is its `ModelLease`. Data flows one way: batch -> probe -> step records -> accounting ->
 epoch statistics -> report -> summaries.
 """
 
@@ -26,6 +26,7 @@ from keras_xla.core import verdict as verdict_lib
 from keras_xla.core.accounting import Accountant
 from keras_xla.core.findings import FindingBook
 from keras_xla.fit_outputs import FitOutputs
+from keras_xla.model_lease import ModelLease
 from keras_xla.settings import Settings
 from keras_xla.step_log import CLUSTERS, JIT, StepLog
 from keras_xla.tf_backend import (
@@ -46,12 +47,6 @@ from keras_xla.tf_backend.step_functions import (
 )
 
 logger = logging.getLogger(__name__)
-
-# Keras's own calls between the hooks of a fit (the epoch's metrics, the
-# validation run, resetting the metrics): if one raises, the fit is over
-# and Keras calls no hook to say so.
-BETWEEN_HOOKS = ("reset_metrics", "_get_metrics_result_or_logs", "evaluate")
-_ABSENT = object()
 
 
 class FitRun:
@@ -89,10 +84,8 @@ class FitRun:
         self._hlo_done = False
         self._cache_before: dict[str, float] = {}
         self.outputs = FitOutputs(settings, self.report, self.book)
-        # What the user compiled, put back when the fit ends (`keep`).
-        self.user_state: ModelState | None = None
-        self._user_predict = None
-        self._watched: dict[str, Any] = {}
+        # The model as the fit found it, put back when it ends (`keep`).
+        self.lease: ModelLease | None = None
         # An epoch is closed once (an interrupt may reach `epoch_end`
         # again), and a validation run that began is accounted.
         self._epoch_open = False
@@ -100,10 +93,9 @@ class FitRun:
 
     def begin(self) -> None:
         s, model = self.settings, self.model
-        self.user_state = ModelState(model)
-        self._user_predict = getattr(model, "predict_function", None)
+        self.lease = ModelLease(model)
         auto = AUTO in (s.jit_compile, s.mixed_precision)
-        original = self.user_state if auto else None
+        original = self.lease.user if auto else None
         if s.mixed_precision not in (None, AUTO):
             precision_lib.apply_policy(model, s.mixed_precision)
         for f in precision_lib.check_precision(model):
@@ -145,7 +137,8 @@ class FitRun:
             stamp_calls=bool(cache and cache.active and cache.live),
         )
         self.active = True
-        self._watch_model()
+        run = weakref.ref(self)  # the model must not keep the fit alive
+        self.lease.watch(lambda: run() and run().interrupted())
         self._drain("before the fit")
 
     def _forget_plain_steps(self) -> None:
@@ -227,28 +220,6 @@ class FitRun:
             self.epoch_end(self.accountant.epoch, interrupted=True)
         finally:
             self.end()
-
-    def _watch_model(self) -> None:
-        """Keras's calls between the hooks (`BETWEEN_HOOKS`) end the fit
-        as `interrupted` if they raise; removed when the fit ends."""
-        run = weakref.ref(self)  # the model must not keep the fit alive
-        model = self.model
-        for name in BETWEEN_HOOKS:
-            method = getattr(model, name, None)
-            if method is None:
-                continue
-            self._watched[name] = model.__dict__.get(name, _ABSENT)
-            watched = on_error(method, lambda: run() and run().interrupted())
-            # Bypass Keras's attribute tracking: a plain function.
-            object.__setattr__(model, name, watched)
-
-    def _unwatch_model(self) -> None:
-        model, watched, self._watched = self.model, self._watched, {}
-        for name, before in watched.items():
-            if before is _ABSENT:
-                model.__dict__.pop(name, None)
-            else:
-                object.__setattr__(model, name, before)
 
     # Unsupported ops.
 
@@ -541,7 +512,7 @@ class FitRun:
             # put back.
             if self.profile is not None:
                 self.profile.finish()
-            self._unwatch_model()
+            self.lease.unwatch()
             if self.functions is not None:
                 self.functions.unwrap(self.model)
             self._leave_model()
@@ -562,7 +533,7 @@ class FitRun:
             elif runner is not None:
                 keep = False  # an undecided trial chose nothing to keep
             if not keep:
-                self._restore_model()
+                self.lease.restore()
             self._match_functions()
         except Exception as error:  # noqa: BLE001 - never stop training
             if self.settings.strict:
@@ -579,25 +550,6 @@ class FitRun:
             )
         if self.report.jit is not None:
             self.report.jit.kept = keep
-
-    def _restore_model(self) -> None:
-        """The user's settings as the fit found them (`ModelState`), and
-        the predict function Keras would use with them; `_match_functions`
-        then installs step functions built for them, so that a later fit
-        with the tuner's settings reuses its compiled step and one without
-        the tuner compiles nothing new."""
-        model, state = self.model, self.user_state
-        if state is None:
-            return
-        jit_during = bool(model.jit_compile)
-        state.restore(model)
-        predict = getattr(model, "predict_function", None)
-        if predict is not self._user_predict and jit_during != bool(
-            model.jit_compile
-        ):
-            # Built during the fit (a callback's predict) with the tuner's
-            # setting.
-            model.predict_function = self._user_predict
 
     def _match_functions(self) -> None:
         """The step functions on the model are those of its settings: a
