@@ -29,12 +29,21 @@ USAGE_ERROR = 2
 
 
 def run_doctor(args: argparse.Namespace) -> int:
-    diagnosis = doctor.collect_diagnosis()
+    checks = doctor
+    if _backend() == "jax":  # no TensorFlow needed
+        from keras_xla.jax_backend import doctor as checks
+    diagnosis = checks.collect_diagnosis()
     if args.json:
         print(json.dumps(diagnosis, indent=2, default=str))
     else:
-        print(doctor.render_diagnosis(diagnosis))
+        print(checks.render_diagnosis(diagnosis))
     return 0 if diagnosis["healthy"] else 1
+
+
+def _backend() -> str:
+    import keras_xla
+
+    return keras_xla._BACKEND
 
 
 # Report.

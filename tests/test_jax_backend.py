@@ -250,3 +250,32 @@ def test_jit_compile_false_runs_op_by_op_and_counts_no_step_compile(fits):
     assert off["baseline"]["reason"] == "XLA is off in this fit"
     # The model is put back as the user compiled it.
     assert off["jit_after"] is True
+
+
+def test_doctor_reports_the_jax_side_without_tensorflow():
+    code = (
+        "import sys; sys.modules['tensorflow'] = None\n"
+        "from keras_xla import cli\n"
+        "status = cli.main(['doctor', '--json'])\n"
+        "print('tensorflow', sys.modules.get('tensorflow') is not None)\n"
+        "sys.exit(status)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env.update(KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text, last = proc.stdout.rsplit("\n", 2)[0], proc.stdout.splitlines()[-1]
+    diagnosis = json.loads(text)
+    assert last == "tensorflow False"
+    assert diagnosis["keras_backend"] == "jax"
+    assert diagnosis["jax"] and diagnosis["devices"] == ["cpu:0"]
+    cache = diagnosis["compile_cache"]
+    assert "jax_persistent_cache_min_compile_time_secs" in cache
+    assert diagnosis["smoke_compile"]["compilations"] >= 1
+    assert diagnosis["healthy"] is True

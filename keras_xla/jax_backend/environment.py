@@ -121,6 +121,19 @@ def tf_only_findings(model: Any, settings: Any) -> list[tuple]:
                 ("XLAModel",),
             )
         )
+    if settings.mixed_precision not in (None, AUTO):
+        out.append(
+            (
+                codes.TUNER_ERROR,
+                f"mixed_precision={settings.mixed_precision!r} is applied "
+                "to the live model on the TensorFlow backend only for now: "
+                "on JAX the fit trains with the model's own policy "
+                f"({model.dtype_policy.name}).",
+                "Call keras.mixed_precision.set_dtype_policy("
+                f"{settings.mixed_precision!r}) before building the model.",
+                ("mixed_precision",),
+            )
+        )
     if settings.profile_steps:
         out.append(
             (

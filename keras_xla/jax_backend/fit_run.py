@@ -400,4 +400,14 @@ class JaxFitRun:
         self.report.hlo = section
 
     def _conclude(self, stats, records) -> None:
+        unreadable, self.tap.unreadable = self.tap.unreadable, []
+        if unreadable:
+            self.book.add(
+                codes.TUNER_ERROR,
+                f"{len(unreadable)} batches' shapes could not be read "
+                f"({unreadable[0]}); their steps are timed, not explained.",
+                "Please report this with the batch structure; training "
+                "went on.",
+                ("tap",),
+            )
         self.report.verdict = verdict_lib.build(self.report)

@@ -108,9 +108,12 @@ class _TappedIterator:
 
     def __next__(self):
         data = next(self._iterator)
-        sig = signature_of(data)
-        self._call.signatures.append(sig)
-        self._tap.note_batch(self._call.function, sig, data)
+        try:
+            sig = signature_of(data)
+            self._call.signatures.append(sig)
+            self._tap.note_batch(self._call.function, sig, data)
+        except Exception as error:  # noqa: BLE001 - never stop training
+            self._tap.unreadable.append(f"{type(error).__name__}: {error}")
         return data
 
 
@@ -129,6 +132,8 @@ class StepTap:
         # A batch of each signature (its specs), for the HLO analysis.
         self.examples: dict[Signature, Any] = {}
         self.error_handler = None  # called with (function, exception)
+        # Why a batch's signature could not be read (training went on).
+        self.unreadable: list[str] = []
 
     def arm(self, function: str) -> None:
         """A batch-begin hook announced a call of `function`."""
