@@ -134,6 +134,8 @@ def test_decision_skips_warmup_and_compiled_calls():
     assert decision["winner"] == "xla/float32"
     assert decision["default"] == "no_xla/float32"
     assert decision["speedup_vs_default"] == pytest.approx(2.0)
+    # Steps without spread: a range of one point.
+    assert (decision.speedup_low, decision.speedup_high) == (2.0, 2.0)
     # 1.998 s of compiling at 2 ms saved per step.
     assert decision["break_even_steps"] == 999
     assert decision["trial_steps"] == 36
@@ -173,6 +175,30 @@ def test_cost_of_an_xla_winner_that_called_a_traced_step():
     )
 
 
+def test_the_decisions_speedup_has_the_range_of_its_windows():
+    from keras_xla.core import render
+
+    # The default's steps 3-5 ms, the winner's 1.8-2.2 ms: the range holds
+    # the ratio of medians (4 / 2) and the rounds' own ratios.
+    steps = {A: [0.003, 0.004, 0.005], B: [0.0018, 0.002, 0.0022]}
+    calls = {A: 0, B: 0}
+
+    def seconds(c, first):
+        calls[c] += 1
+        return steps[c][calls[c] % 3] + (1.0 if first else 0.0)
+
+    trial = Trial([A, B], A, window_calls=4, drop=False)
+    run_plan(trial, seconds)
+    winner, decision = trial.decide()
+    assert winner == B and decision.speedup_vs_default == pytest.approx(2.0)
+    assert decision.speedup_low < 2.0 < decision.speedup_high
+    assert decision.speedup_high / decision.speedup_low < 5 / 1.8 / (3 / 2.2)
+    low, high = decision.speedup_low, decision.speedup_high
+    assert f"2.00x ({low:.2f}-{high:.2f}) Keras's default" in " ".join(
+        render.decision_line(decision)
+    )
+
+
 def test_traced_calls_and_too_few_steps():
     trial = Trial([A, B], A, window_calls=3)
     trial.advance()
@@ -190,6 +216,7 @@ def test_winner_equal_to_default_breaks_even_at_once():
     winner, decision = trial.decide()
     assert winner == A
     assert decision["speedup_vs_default"] == 1.0
+    assert decision.speedup_low is None  # the default against itself
     assert decision["break_even_steps"] == 0
 
 

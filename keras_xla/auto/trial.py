@@ -285,6 +285,10 @@ class Trial:
         )
         decision.speedup_vs_default = speedup
         decision.break_even_steps = steps
+        found = self.speedup_range(self.default, winner)
+        if speedup is not None and winner != self.default and found:
+            decision.speedup_low = round(found[0], 3)
+            decision.speedup_high = round(found[1], 3)
         trial_steps = self._calls * self.steps_per_call
         best = medians[winner]
         firsts, slower = beyond_winner(

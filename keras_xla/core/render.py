@@ -203,12 +203,20 @@ def decision_line(decision: Decision | None) -> list[str]:
         return []
     speedup = decision.speedup_vs_default
     tail = (
-        f"{speedup:.2f}x Keras's default {decision.default}, paying back "
+        f"{speedup:.2f}x{_decision_range(decision)} Keras's default "
+        f"{decision.default}, paying back "
         f"its compile in {decision.break_even_steps} steps."
         if speedup
         else "Keras's default was not a candidate."
     )
     return [f"Trial: {decision.winner} won ({decision.reason}); " + tail]
+
+
+def _decision_range(d: Decision) -> str:
+    """` (low-high)` of the trial's speedup, where it has one."""
+    if d.speedup_low is None or d.speedup_high is None:
+        return ""
+    return f" ({d.speedup_low:.2f}-{d.speedup_high:.2f})"
 
 
 def baseline_line(baseline) -> list[str]:
@@ -348,7 +356,8 @@ def decision_markdown(decision: Decision | None) -> str:
     if d.speedup_vs_default is not None:
         lines.append(
             f"Speedup over Keras's default (`{d.default}`): "
-            f"{d.speedup_vs_default:.2f}x; the winner's compile pays "
+            f"{d.speedup_vs_default:.2f}x{_decision_range(d)}; the "
+            "winner's compile pays "
             f"back in {d.break_even_steps} steps. Trial: "
             f"{d.trial_steps} steps, {number(d.trial_seconds, 1)} s."
         )

@@ -173,6 +173,10 @@ class Decision(Section):
     trial_seconds: float | None = None
     speedup_vs_default: float | None = None
     break_even_steps: int | None = None
+    # The speedup's range from the windows' spread (the default's windows
+    # against the winner's, `auto.trial.speedup_range`).
+    speedup_low: float | None = None
+    speedup_high: float | None = None
     # What the trial cost beyond a run on the winner alone: the sum of
     # its first calls (traces, XLA compilations) beyond the one that run
     # makes and the slower windows' time; and what the winner saves
