@@ -4,7 +4,8 @@ The callback's hooks call a `FitRun`; it alone holds whether XLA is on,
 the step functions, the step log, the trial, the profile window and the
 report. The pieces it uses take values and return results (records,
 statistics, a trial's result, report sections, findings); the owner
-applies them. What the fit borrows of the model is its `ModelLease`. Data flows one way: batch -> probe -> step records -> accounting ->
+applies them. What the fit borrows of the model is its `ModelLease`.
+Data flows one way: batch -> probe -> step records -> accounting ->
 epoch statistics -> report -> summaries.
 """
 

@@ -142,6 +142,8 @@ def test_report_serves_verdict_recompilations_and_markers(logs):
     assert (xla["mode"], xla["enabled"]) == ("jit_compile", True)
     assert xla["hlo"]["fusions"] == report.hlo["fusions"] > 0
     assert xla["cache"] is None and xla["decision"] is None
+    # Three steps an epoch are too few for baseline windows: no band.
+    assert view["baseline"] is None
 
 
 def test_compare_is_the_cli_comparison(logs):
@@ -309,3 +311,45 @@ def test_the_xla_tab_renders_in_a_browser(logs, tmp_path):
     assert f"{XLA_RUN} vs {NO_XLA_RUN}" in dom
     # The run list, one row per run.
     assert dom.count('<tr class="run-row') == 2
+
+
+def test_the_baseline_windows_are_a_band_at_their_global_steps():
+    from keras_xla.core.report import XLAReport
+
+    def epoch(n, steps):
+        return {
+            "epoch": n,
+            "steps": steps,
+            "compilations": 0,
+            "compile_seconds": 0.0,
+            "recompilations": 0,
+            "step_time_ms": {"median": 2.0, "p90": 2.0},
+            "examples_per_second": 100.0,
+        }
+
+    report = XLAReport.from_dict(
+        {
+            "schema": "keras_xla.report/1",
+            "epochs": [epoch(0, 10), epoch(1, 10)],
+            "baseline": {
+                "steps": 8,
+                "no_xla_step_ms": 4.0,
+                "xla_step_ms": 2.0,
+                "trace_seconds": 0.3,
+                "span": [[0, 6], [1, 5]],
+            },
+        }
+    )
+    band = views.baseline_band(report)
+    # Epoch 1 starts at global step 10: the windows ran steps 6 to 15.
+    assert band == {
+        "start": 6,
+        "end": 15,
+        "no_xla_step_ms": 4.0,
+        "xla_step_ms": 2.0,
+        "first_call_seconds": 0.3,
+    }
+    assert views.run_view("r", report, [])["baseline"] == band
+    # No windows ran: no band.
+    report.baseline.span = []
+    assert views.baseline_band(report) is None

@@ -117,6 +117,27 @@ def markers(report: XLAReport) -> list[dict]:
     return out
 
 
+def baseline_band(report: XLAReport) -> dict | None:
+    """The global train steps the no-XLA baseline windows ran (XLA and
+    no-XLA windows in turn: step times there are of both, and the no-XLA
+    function's first call builds its graph without compiling), with
+    their medians; None without baseline windows."""
+    b = report.baseline
+    if b is None or len(b.span) != 2:
+        return None
+    offsets = epoch_offsets(report)
+    (e0, s0), (e1, s1) = b.span
+    if e0 not in offsets or e1 not in offsets:
+        return None
+    return {
+        "start": offsets[e0][0] + s0,
+        "end": offsets[e1][0] + s1,
+        "no_xla_step_ms": b.no_xla_step_ms,
+        "xla_step_ms": b.xla_step_ms,
+        "first_call_seconds": b.trace_seconds,
+    }
+
+
 def xla_figures(report: XLAReport) -> dict:
     """XLA's mode, auto-clustering's clusters and share, the HLO figures,
     compile-cache hits and the trial's decision, each None when absent."""
@@ -163,6 +184,8 @@ def xla_figures(report: XLAReport) -> dict:
             "winner": decision.get("winner"),
             "reason": decision.get("reason", ""),
             "speedup_vs_default": decision.get("speedup_vs_default"),
+            "speedup_low": decision.get("speedup_low"),
+            "speedup_high": decision.get("speedup_high"),
             "candidates": [
                 {
                     k: c.get(k)
@@ -187,6 +210,7 @@ def run_view(run: str, report: XLAReport, step_times: list) -> dict:
             "train_steps": sum(e.steps for e in report.epochs),
             "series": [[int(s), float(v)] for s, v in step_times],
             "markers": markers(report),
+            "baseline": baseline_band(report),
             "recompilations": [
                 {**r, "code": FINDING_CODES.get(r["cause"], r["cause"])}
                 for r in data["recompilations"]

@@ -209,6 +209,18 @@ function stepChart(view, onSelect) {
     }
     start += e.steps;
   }
+  // The baseline windows: XLA and no-XLA calls in turn, shaded, so their
+  // steps (and the no-XLA function's first call) read as what they are.
+  const band = view.baseline;
+  if (band) {
+    const bx = x(band.start - 0.5), bw = Math.max(x(band.end + 0.5) - bx, 2);
+    const rect = svg("rect", { x: bx, y: T, width: bw, height: H - B - T,
+      class: "baseline-band" });
+    rect.append(svg("title", {}, document.createTextNode(baselineText(band))));
+    chart.prepend(rect);  // behind the grid, the series and the markers
+    chart.append(svg("text", { x: bx + 4, y: H - B - 6, class: "axis" },
+      document.createTextNode("no-XLA baseline windows")));
+  }
   // Markers: one per compilation, a rule at its step and its head above
   // the plot; the labels above the heads, in rows, drawn after every
   // rule so no rule crosses a label.
@@ -240,6 +252,16 @@ function stepChart(view, onSelect) {
     chart.append(g);
   });
   return chart;
+}
+
+function baselineText(band) {
+  return [
+    `no-XLA baseline windows, global steps ${band.start} - ${band.end}:`,
+    "XLA and no-XLA windows in turn; the no-XLA function's first call " +
+      `builds its graph (${num(band.first_call_seconds)} s), no compile`,
+    `median step: no XLA ${num(band.no_xla_step_ms)} ms, ` +
+      `XLA ${num(band.xla_step_ms)} ms`,
+  ].join("\n");
 }
 
 function markerLabel(m) {
@@ -301,6 +323,8 @@ function chartCard(view) {
     el("span", { class: "key first", text: "first compile" }),
     el("span", { class: "key recompile", text: "recompilation (cause)" }),
     el("span", { class: "key validation", text: "validation compile" }),
+    ...(view.baseline ? [el("span", { class: "key baseline",
+      text: "no-XLA baseline windows" })] : []),
     el("span", { class: "muted", text: "xla/step_time_ms, log scale" }),
   );
   let details = markerDetails(null);
@@ -427,7 +451,10 @@ function xlaCard(view) {
     const d = x.decision;
     add("auto decision", `${d.status}: ${d.winner ?? "none"}` +
       (d.speedup_vs_default !== null
-        ? ` (${num(d.speedup_vs_default)}x Keras's default)` : ""));
+        ? ` (${num(d.speedup_vs_default)}x Keras's default` +
+          (d.speedup_low !== null && d.speedup_high !== null
+            ? `, ${num(d.speedup_low)}-${num(d.speedup_high)}` : "") + ")"
+        : ""));
     add("decided because", d.reason);
     for (const c of d.candidates) {
       add(`  ${c.name}`, `${num(c.median_step_ms)} ms per step, compile ` +
