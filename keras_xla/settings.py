@@ -1,7 +1,11 @@
-"""XLATuner's arguments: checked when the tuner is made, frozen per fit.
+"""XLATuner's arguments as one checked value.
 
-`check_arguments` raises a `ValueError` naming the argument, the value
-received and the fix; `Settings` is what one fit reads of the tuner.
+`Settings.checked(**arguments)` raises a `ValueError` naming the
+argument, the value received and the fix, or returns the arguments
+normalized (paths as strings, numpy integers as ints); the tuner holds
+that one value, and each fit reads it. `ARGUMENTS` are its fields that
+are the tuner's arguments; the rest is what the process found when the
+tuner was made.
 """
 
 from __future__ import annotations
@@ -24,23 +28,56 @@ from keras_xla.tf_backend.unsupported import CHOICES as UNSUPPORTED_CHOICES
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """XLATuner's arguments, checked, as one fit needs them."""
+    """XLATuner's arguments, checked (`XLATuner`'s docstring says what
+    each means; its signature holds the defaults), and what the process
+    found when the tuner was made: the XLA flags' problems and the
+    compile cache's status (`compile_cache` is then its directory)."""
 
     log_dir: str | None
     jit_compile: Any
     strict: bool
     verbose: int
+    compile_cache: str | None
     on_unsupported: str
     analyze_hlo: bool | str
     peak_flops: float | str | None
     profile_steps: tuple[int, int] | None
     mixed_precision: str | None
     trial_budget: float | int
-    baseline: bool = True
-    trial_memory: bool = True
-    keep: bool = False
+    baseline: bool
+    trial_memory: bool
+    keep: bool
+    trust_shared_cache: bool
+    add_to_logs: bool
     flag_problems: tuple = ()
     cache_status: cache_lib.CacheStatus | None = None
+
+    @classmethod
+    def checked(cls, **arguments: Any) -> Settings:
+        """The arguments, checked and normalized; `ValueError` for the
+        first unsupported one."""
+        check_arguments(**arguments)
+        a = arguments
+        log_dir, steps = a["log_dir"], a["profile_steps"]
+        return cls(
+            **{
+                **a,
+                "log_dir": None if log_dir is None else os.fspath(log_dir),
+                "profile_steps": check_profile_steps(steps) if steps else None,
+                "trial_budget": as_int(a["trial_budget"]),
+                **{name: bool(a[name]) for name in FLAGS},
+            }
+        )
+
+    def replaced(self, name: str, value: Any) -> Settings:
+        """These settings with argument `name` set to `value`, checked."""
+        arguments = {n: getattr(self, n) for n in ARGUMENTS}
+        again = Settings.checked(**{**arguments, name: value})
+        return dataclasses.replace(
+            again,
+            flag_problems=self.flag_problems,
+            cache_status=self.cache_status,
+        )
 
     def setup_findings(self) -> list[tuple[str, str, str, tuple]]:
         """`(code, message, fix, place)` for bad XLA flags and a compile
@@ -92,25 +129,27 @@ class Settings:
         )
 
 
-def check_arguments(
-    log_dir: Any,
-    jit_compile: Any,
-    verbose: Any,
-    on_unsupported: Any,
-    analyze_hlo: Any,
-    peak_flops: Any,
-    profile_steps: Any,
-    mixed_precision: Any,
-    trial_budget: Any,
-    baseline: Any = True,
-    strict: Any = False,
-    trial_memory: Any = True,
-    keep: Any = False,
-    trust_shared_cache: Any = False,
-    add_to_logs: Any = True,
-) -> None:
+# The tuner's arguments that are True or False, and what True means.
+FLAGS = {
+    "strict": "raise on the tuner's own failures",
+    "baseline": "measure a no-XLA baseline window",
+    "trial_memory": "remember the trial's winner",
+    "keep": "the model keeps the tuner's choice after the fit",
+    "trust_shared_cache": "load a shared cache",
+    "add_to_logs": "the xla/* figures go into logs",
+}
+
+
+def check_arguments(**arguments: Any) -> None:
     """Raises `ValueError` for the first unsupported argument, naming it,
     the value received and the fix."""
+    unknown = set(arguments) ^ set(ARGUMENTS)
+    if unknown:
+        raise TypeError(f"XLATuner arguments {sorted(unknown)} are unknown")
+    a = arguments
+    log_dir, profile_steps = a["log_dir"], a["profile_steps"]
+    peak_flops, mixed_precision = a["peak_flops"], a["mixed_precision"]
+    compile_cache = a["compile_cache"]
     if log_dir is not None and (
         not isinstance(log_dir, (str, os.PathLike)) or not os.fspath(log_dir)
     ):
@@ -120,12 +159,21 @@ def check_arguments(
         )
     if profile_steps is not None:
         check_profile_steps(profile_steps)
-    for name, value, choices in (
-        ("jit_compile", jit_compile, (*jit_lib.JIT_CHOICES, "auto")),
-        ("verbose", verbose, (0, 1)),
-        ("on_unsupported", on_unsupported, UNSUPPORTED_CHOICES),
-        ("analyze_hlo", analyze_hlo, (True, False, "compile")),
+    if compile_cache is not None and (
+        not isinstance(compile_cache, (str, os.PathLike))
+        or not os.fspath(compile_cache)
     ):
+        raise ValueError(
+            f"Unsupported value `XLATuner(compile_cache={compile_cache!r})`:"
+            " pass a directory path or None."
+        )
+    for name, choices in (
+        ("jit_compile", (*jit_lib.JIT_CHOICES, "auto")),
+        ("verbose", (0, 1)),
+        ("on_unsupported", UNSUPPORTED_CHOICES),
+        ("analyze_hlo", (True, False, "compile")),
+    ):
+        value = a[name]
         if value not in choices or isinstance(value, float):
             raise ValueError(
                 f"Unsupported value `XLATuner({name}={value!r})`. "
@@ -147,20 +195,14 @@ def check_arguments(
             f"Unsupported value `XLATuner(peak_flops={peak_flops!r})`: pass "
             "the peak FLOP/s (a number > 0), 'measure' or None."
         )
-    for name, value, meaning in (
-        ("strict", strict, "raise on the tuner's own failures"),
-        ("baseline", baseline, "measure a no-XLA baseline window"),
-        ("trial_memory", trial_memory, "remember the trial's winner"),
-        ("keep", keep, "the model keeps the tuner's choice after the fit"),
-        ("trust_shared_cache", trust_shared_cache, "load a shared cache"),
-        ("add_to_logs", add_to_logs, "the xla/* figures go into logs"),
-    ):
+    for name, meaning in FLAGS.items():
+        value = a[name]
         if not isinstance(value, (bool, np.bool_)):
             raise ValueError(
                 f"Unsupported value `XLATuner({name}={value!r})`: pass True "
                 f"({meaning}) or False."
             )
-    validate_budget(as_int(trial_budget))
+    validate_budget(as_int(a["trial_budget"]))
     if mixed_precision not in (None, AUTO):
         precision_lib.float_policy(mixed_precision, "XLATuner(mixed_precision")
 
@@ -187,3 +229,11 @@ def check_profile_steps(steps: Any) -> tuple[int, int]:
     if not ints or not 0 <= start <= stop:
         raise ValueError(fix)
     return start, stop
+
+
+# The fields of `Settings` that are XLATuner's arguments.
+ARGUMENTS = tuple(
+    f.name
+    for f in dataclasses.fields(Settings)
+    if f.name not in ("flag_problems", "cache_status")
+)

@@ -1,13 +1,16 @@
 """XLATuner: the Keras callback that turns XLA on and explains what it does.
 
-The callback is a thin set of hooks: it checks its arguments, and each
-hook hands over to the `FitRun` (`keras_xla.fit_run`) that owns the state
-of the current `fit`. Nothing below the callback imports it or reaches
-into it.
+The callback is a thin set of hooks: it holds its arguments as one
+checked value (`keras_xla.settings.Settings`; `tuner.<argument>` reads
+and, checked, sets it), and each hook hands over to the fit's owner
+(`keras_xla.fit_run.FitRun`, or on JAX `keras_xla.jax_backend`) that
+holds the state of the current `fit`. Nothing below the callback imports
+it or reaches into it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from typing import Any
@@ -17,12 +20,7 @@ from keras.src.utils import io_utils
 
 from keras_xla.core import findings as codes
 from keras_xla.core.report import XLAReport
-from keras_xla.settings import (
-    Settings,
-    as_int,
-    check_arguments,
-    check_profile_steps,
-)
+from keras_xla.settings import ARGUMENTS, Settings
 from keras_xla.tf_backend import compile_cache as cache_lib
 from keras_xla.tf_backend import flag_guard
 from keras_xla.tf_backend import flags as flags_lib
@@ -102,7 +100,7 @@ class XLATuner(keras.callbacks.Callback):
         jit_compile: `True` turns XLA on for this `fit` (the train function
             is rebuilt once, in `on_train_begin`), `False` turns it off,
             `None` keeps the model's own setting, `"auto"` measures both
-            in a live trial (`keras_xla.trial_runner`) and keeps the faster.
+            in a live trial (`keras_xla.auto`) and keeps the faster.
             Defaults to `True`.
         strict: Raise on the tuner's own failures, and when XLA was
             requested but cannot be on, instead of logging them as
@@ -217,50 +215,17 @@ class XLATuner(keras.callbacks.Callback):
         add_to_logs: bool = True,
     ) -> None:
         super().__init__()
-        check_arguments(
-            log_dir=log_dir,
-            jit_compile=jit_compile,
-            verbose=verbose,
-            on_unsupported=on_unsupported,
-            analyze_hlo=analyze_hlo,
-            peak_flops=peak_flops,
-            profile_steps=profile_steps,
-            mixed_precision=mixed_precision,
-            trial_budget=trial_budget,
-            baseline=baseline,
-            strict=strict,
-            trial_memory=trial_memory,
-            keep=keep,
-            trust_shared_cache=trust_shared_cache,
-            add_to_logs=add_to_logs,
-        )
-        self.strict = bool(strict)
-        self.log_dir = os.fspath(log_dir) if log_dir is not None else None
-        self.on_unsupported = on_unsupported
-        self.analyze_hlo = analyze_hlo
-        self.peak_flops = peak_flops
-        self.profile_steps = (
-            check_profile_steps(profile_steps) if profile_steps else None
-        )
-        self.trial_budget = as_int(trial_budget)
-        self.baseline = baseline
-        self.trial_memory = trial_memory
-        self.keep = bool(keep)
-        self.add_to_logs = bool(add_to_logs)
-        self.mixed_precision = mixed_precision
+        given = locals()
+        settings = Settings.checked(**{name: given[name] for name in ARGUMENTS})
         # A bad TF_XLA_FLAGS/XLA_FLAGS aborts the process at the first XLA
         # use; say so now, in words.
-        self._flag_problems = [] if _JAX else flags_lib.check_flags()
-        if self._flag_problems and self.strict:
+        problems = [] if _JAX else flags_lib.check_flags()
+        if problems and settings.strict:
             flags_lib.validate_flags()
-        if self.strict and not _JAX and flag_guard.strict_error():
+        if settings.strict and not _JAX and flag_guard.strict_error():
             raise ValueError(flag_guard.strict_error())
-        self.jit_compile = jit_compile
-        self.verbose = verbose
-        self.compile_cache = None
-        self._previous_trial = None  # (model, winner's state, decision)
-        self._cache_status = None
-        if compile_cache is not None:
+        status = None
+        if settings.compile_cache is not None:
             # Now, not in on_train_begin: TensorFlow reads the flag at the
             # first XLA compilation of the process.
             enable = cache_lib.enable_compile_cache
@@ -268,10 +233,17 @@ class XLATuner(keras.callbacks.Callback):
                 from keras_xla.jax_backend import compile_cache as jax_cache
 
                 enable = jax_cache.enable_compile_cache
-            self._cache_status = enable(
-                compile_cache, trust_shared=bool(trust_shared_cache)
+            status = enable(
+                settings.compile_cache, trust_shared=settings.trust_shared_cache
             )
-            self.compile_cache = self._cache_status.directory
+        # The one value of the arguments; each fit reads it.
+        self._settings = dataclasses.replace(
+            settings,
+            compile_cache=status.directory if status else None,
+            flag_problems=tuple(problems),
+            cache_status=status,
+        )
+        self._previous_trial = None  # (model, winner's state, decision)
         self._run = None  # the fit's owner
         self._report = XLAReport()
 
@@ -279,25 +251,6 @@ class XLATuner(keras.callbacks.Callback):
     def report(self) -> XLAReport:
         """The `XLAReport` of the current (or last) `fit`."""
         return self._report
-
-    def _settings(self) -> Settings:
-        return Settings(
-            log_dir=self.log_dir,
-            jit_compile=self.jit_compile,
-            strict=self.strict,
-            verbose=self.verbose,
-            on_unsupported=self.on_unsupported,
-            analyze_hlo=self.analyze_hlo,
-            peak_flops=self.peak_flops,
-            profile_steps=self.profile_steps,
-            mixed_precision=self.mixed_precision,
-            trial_budget=self.trial_budget,
-            baseline=self.baseline,
-            trial_memory=self.trial_memory,
-            keep=self.keep,
-            flag_problems=tuple(self._flag_problems),
-            cache_status=self._cache_status,
-        )
 
     # Keras hooks: each one hands over to the fit's owner, guarded.
 
@@ -313,7 +266,7 @@ class XLATuner(keras.callbacks.Callback):
         else:
             from keras_xla.fit_run import FitRun
         self._run = FitRun(
-            self._settings(), self.model, self.params, self._previous_trial
+            self._settings, self.model, self.params, self._previous_trial
         )
         self._report = self._run.report
         callbacks = _callback_list(self)
@@ -448,3 +401,26 @@ def _callback_list(tuner: XLATuner):
     finally:
         del frame
     return None
+
+
+def _argument(name: str) -> property:
+    """`tuner.<name>`: the argument as checked; assigning it checks the
+    new value, which the next fit uses. The compile cache is set up when
+    the tuner is made, so its arguments cannot change after."""
+
+    def get(tuner: XLATuner) -> Any:
+        return getattr(tuner._settings, name)
+
+    def set_(tuner: XLATuner, value: Any) -> None:
+        if name in ("compile_cache", "trust_shared_cache"):
+            raise AttributeError(
+                f"`XLATuner.{name}` is set up when the tuner is made: make "
+                f"a new XLATuner({name}=...)."
+            )
+        tuner._settings = tuner._settings.replaced(name, value)
+
+    return property(get, set_, doc=f"`XLATuner({name}=...)`, checked.")
+
+
+for _name in ARGUMENTS:
+    setattr(XLATuner, _name, _argument(_name))

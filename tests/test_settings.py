@@ -38,3 +38,32 @@ def test_numpy_integers_are_accepted_where_ints_are_meant(tmp_path):
     )
     assert tuner.trial_budget == 100 and type(tuner.trial_budget) is int
     assert tuner.profile_steps == (1, 2)
+
+
+def test_the_arguments_are_one_checked_value():
+    import inspect
+
+    from keras_xla.settings import ARGUMENTS
+
+    # Every argument of the signature is a field of the one value, and
+    # the other way round.
+    signature = inspect.signature(XLATuner.__init__).parameters
+    assert tuple(p for p in signature if p != "self") == ARGUMENTS
+    tuner = XLATuner(verbose=0, trial_budget=np.int64(40))
+    assert (tuner.verbose, tuner.trial_budget, tuner.jit_compile) == (
+        0,
+        40,
+        True,
+    )
+    # Assigning an argument checks it like the constructor does; the next
+    # fit reads the new value.
+    tuner.jit_compile = "auto"
+    assert tuner._settings.jit_compile == "auto"
+    with pytest.raises(ValueError, match=r"jit_compile='yes'"):
+        tuner.jit_compile = "yes"
+    assert tuner.jit_compile == "auto"
+    # The compile cache is set up when the tuner is made.
+    with pytest.raises(
+        AttributeError, match=r"XLATuner\(compile_cache=\.\.\.\)"
+    ):
+        tuner.compile_cache = "elsewhere"
