@@ -137,7 +137,7 @@ class Trial:
     def _drop_slower(self) -> None:
         """At a window boundary, candidates that cannot win get no more
         windows: a measured one whose fastest timed step is clearly slower
-        than the best measured median (`DROP_FACTOR`), an unmeasured one
+        than the best measured median (`drop_factor`), an unmeasured one
         whose median the XLA x precision grid predicts clearly slower, and
         an unmeasured compiling one that cannot pay its compile back in
         the run's steps left (`policy`'s rules: neither is ever

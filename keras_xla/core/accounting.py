@@ -119,8 +119,8 @@ class Accountant:
         # beyond a step and its trace: measured on the baseline's no-XLA
         # function (it builds a graph and traces nothing), and taken out
         # of the first compilation's estimate, which the profiler's
-        # compile span does not hold (1.38-1.40x its span without, on
-        # benchmarks/compile_estimate.py's model; 1.04-1.11x with).
+        # compile span does not hold (BENCHMARKS.md, "Compile-time
+        # estimates against the profiler").
         self.graph_seconds = 0.0
 
     def start_epoch(self, epoch: int) -> None:

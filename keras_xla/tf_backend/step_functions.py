@@ -12,13 +12,12 @@ In a fit that builds both (a trial, the baseline window), variants that
 differ only in XLA (same precision, same steps per call) share one
 traced train step and its probe: Keras's step function calls
 that `tf.function`, so a variant built after another skips the Python
-trace of the step (2.2-6.1 s of a 16-19 s XLA first call on ResNet-50,
-`benchmarks/shared_trace.py`), XLA still compiles the whole step through
-the call, and without XLA the call costs nothing measurable per step.
-Tracing inside the nested `tf.function` makes the first variant's first
-call longer: 0.3 s on ResNet-50 (inside its noise), about 0.4 s on a
-small residual MLP, where that is about what the XLA twin saves; so a
-fit that builds one way only traces as Keras does. The probe
+trace of the step, XLA still compiles the whole step through the call,
+and without XLA the call costs nothing measurable per step. Tracing
+inside the nested `tf.function` makes the first variant's first call
+longer, about what the XLA twin saves on a small model; so a fit that
+builds one way only traces as Keras does (BENCHMARKS.md, "The shared
+train step"). The probe
 is shared because the traced step records into it; each variant keeps
 its own compiled signatures.
 
