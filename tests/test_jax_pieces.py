@@ -181,42 +181,116 @@ def test_hlo_text_kernels_fusions_and_converts():
     }
 
 
-def records_of(sides_seconds):
-    return [
-        StepRecord("train", i, seconds, signatures=[(sig(8),)])
-        for i, seconds in enumerate(sides_seconds)
-    ]
+def plan(epoch_steps, epochs=1, budget=0.25, spe=1, enabled=True, jit=True):
+    return baseline.plan(
+        enabled, jit, epoch_steps, spe, "float32", epochs, budget
+    )
 
 
 def test_baseline_plan_says_why_not():
-    assert baseline.plan(False, True, 100, 1)[1].reason.startswith(
+    assert plan(100, enabled=False).reason.startswith(
         "the baseline window is off"
     )
-    assert baseline.plan(True, False, 100, 1)[1].reason == (
-        "XLA is off in this fit"
+    assert plan(100, jit=False).reason == "XLA is off in this fit"
+    assert "unknown" in plan(None).reason
+    # 10 steps, one epoch: 12 are needed (two rounds of 3 calls a side).
+    assert plan(10).reason == (
+        "the first epoch has 10 steps; the baseline needs 12"
     )
-    assert "unknown" in baseline.plan(True, True, None, 1)[1].reason
-    windows, section = baseline.plan(True, True, 10, 1)
-    assert windows is None and "needs" in section.reason
-    windows, section = baseline.plan(True, True, 200, 1)
-    assert section is None and (windows.rounds, windows.calls) == (3, 8)
 
 
-def test_baseline_section_from_interleaved_windows():
-    windows = baseline.BaselineWindows(rounds=2, calls=3)
-    # Call 0 compiles; then no-XLA x3, XLA x3, no-XLA x3, XLA x3.
-    seconds = [0.5] + [2.0, 0.010, 0.010] + [0.9, 0.002, 0.002]
-    seconds += [0.011, 0.011, 0.011] + [0.002, 0.002, 0.002] + [0.002]
-    section = baseline.BaselineWindows.section(windows, records_of(seconds), 1)
+def test_baseline_plan_sizes_the_windows_by_the_trial_policy():
+    from keras_xla.auto import policy
+
+    # 200 steps: policy.baseline_steps gives 48, three rounds of 8 calls
+    # a side; more rounds up to trial_budget's 50 calls.
+    runner = plan(200)
+    assert policy.baseline_steps(200) == 48
+    trial = runner.trial
+    assert (trial.window_calls, trial.rounds, trial.tunables) == (
+        8,
+        3,
+        policy.TUNABLES,
+    )
+    assert [c.name for c in trial.candidates] == [
+        "xla/float32",
+        "no_xla/float32",
+    ]
+    assert (runner.spans, runner.extend_to, runner.active.jit) == (
+        False,
+        50,
+        True,
+    )
+    # steps_per_execution=4: 48 steps are 12 calls, two rounds of 3.
+    runner = plan(200, spe=4)
+    assert (runner.trial.window_calls, runner.trial.rounds) == (3, 2)
+    # A 10-step epoch in a 3-epoch run: the windows span epochs.
+    runner = plan(10, epochs=3)
+    assert (runner.spans, runner.trial.window_calls) == (True, 3)
+    assert runner.trial.rounds == 2
+
+
+def drive(runner, seconds, calls):
+    """Runs `calls` train calls through `runner` as JaxFitRun does:
+    `seconds(candidate, call)` is each call's wall time."""
+    from keras_xla.auto.runner import Next
+
+    records = []
+    for call in range(calls):
+        if runner.before_call(None, lambda: records) is Next.DONE:
+            break
+        records.append(
+            StepRecord(
+                "train",
+                call,
+                seconds(runner.active, call),
+                signatures=[(sig(8),)],
+            )
+        )
+    return runner.finish(None, records).baseline, records
+
+
+def test_baseline_section_from_the_trials_windows():
+    runner = plan(200)  # three rounds of 8 calls a side
+
+    def seconds(candidate, call):
+        first = call % 8 == 0  # a window's first call: not timed
+        if candidate.jit:
+            return 0.5 if call == 0 else (0.004 if first else 0.002)
+        return 2.0 if call == 8 else (0.05 if first else 0.010)
+
+    section, records = drive(runner, seconds, 64)
     assert section.reason == ""
-    assert section.steps == 4  # the windows' first calls are not timed
-    assert section.no_xla_step_ms == pytest.approx(10.5)
-    assert section.xla_step_ms == pytest.approx(2.0)
-    assert section.speedup_low == pytest.approx(5.0)
-    assert section.speedup_high == pytest.approx(5.5)
-    assert section.trace_seconds == pytest.approx(2.0 - 0.0105)
-    assert windows.side(1) == baseline.NO_XLA and windows.side(4) == "xla"
-    assert windows.done(13) and not windows.done(12)
+    assert section.rounds == 3
+    assert section.steps == 3 * 7  # each window's first call not timed
+    assert (section.no_xla_step_ms, section.xla_step_ms) == (10.0, 2.0)
+    assert (section.speedup_low, section.speedup_high) == (5.0, 5.0)
+    assert section.run_steps == 24
+    assert section.trace_seconds == pytest.approx(2.0 - 0.010, abs=1e-3)
+    # XLA, no XLA; no XLA, XLA; XLA, no XLA: steps 0 to 47.
+    assert section.span == [[0, 0], [0, 47]]
+    assert runner.active.jit is True
+    # The runner stopped at the 49th call: XLA from there on.
+    assert len(records) == 48
+
+
+def test_baseline_gets_more_rounds_while_its_range_is_not_useful():
+    def even(candidate, call):
+        # Rounds alternate which side is faster: the range straddles 1.
+        slow = (call // 16) % 2 == candidate.jit
+        return 0.013 if slow else 0.010
+
+    runner = plan(200, budget=1.0)  # up to 199 calls
+    section, records = drive(runner, even, 200)
+    # One round (16 calls) at a time while it fits in 199 calls.
+    assert section.rounds == 12 and len(records) == 192
+    assert section.speedup_low < 1.0 < section.speedup_high
+    # A clear speedup is useful at once: three rounds.
+    runner = plan(200, budget=1.0)
+    section, records = drive(
+        runner, lambda c, call: 0.002 if c.jit else 0.010, 200
+    )
+    assert section.rounds == 3 and len(records) == 48
 
 
 def test_cache_refuses_a_directory_others_can_write(tmp_path):

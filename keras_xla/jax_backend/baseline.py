@@ -1,30 +1,28 @@
 """The no-XLA baseline on JAX: the same step without `jax.jit`.
 
-Early in the first epoch, windows of train calls without XLA interleave
-with XLA's (real training steps: the same state flows through both, so
-the same weights and optimizer state). The no-XLA function is Keras's own
-(`jit_compile=False`, `make_train_function(force=True)`), built once; the
-model's jitted function is kept aside and put back, so XLA compiles
-nothing again. Each window's first call is left out of the timing (the
-no-XLA step's first call compiles each primitive op by op), as is any
-call that compiled.
+The schedule, the timing rule, the speedup's range and the extra rounds
+while that range is not useful are the TensorFlow side's: an
+`auto.trial.Trial` of two candidates (the model's policy with XLA, and
+without) sized by `auto.policy`'s tunables, run by
+`auto.runner.TrialRunner`. What differs is the switch: on JAX a
+candidate is a train function, not a model setting. The no-XLA function
+is Keras's own (`jit_compile=False`, `make_train_function(force=True)`),
+built once; the model's jitted function is kept aside and put back, so
+XLA compiles nothing again. The owner (`JaxFitRun`) puts the runner's
+`active` candidate's function on the model.
 """
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
+from keras_xla.auto import policy
+from keras_xla.auto.policy import Candidate
+from keras_xla.auto.runner import TrialRunner
+from keras_xla.auto.trial import Trial
 from keras_xla.core.report import BaselineSection
-from keras_xla.core.timing import ms
 
-# Steps of the baseline, both sides: `SHARE` of the first epoch, at least
-# `STEPS`, at most `MAX_STEPS`; on a short epoch at most `SHORT_SHARE` of
-# it. Windows of at least `MIN_WINDOW_CALLS` (the first is not timed).
-SHARE, STEPS, MAX_STEPS, SHORT_SHARE = 0.05, 48, 120, 0.3
-ROUNDS = (3, 2)
-MIN_WINDOW_CALLS = 3
-NO_XLA, XLA = "no_xla", "xla"
+ENDED_REASON = "the fit ended during the no-XLA baseline window"
 
 
 def build_no_jit(model: Any) -> Any:
@@ -40,113 +38,82 @@ def build_no_jit(model: Any) -> Any:
         model.train_function = own
 
 
-def plan(
-    enabled: bool, jit_on: bool, epoch_steps: int | None, spe: int
-) -> tuple[BaselineWindows | None, BaselineSection | None]:
-    """The windows for a first epoch of `epoch_steps`, or the section
-    saying why there are none."""
-    if not enabled:
-        why = "the baseline window is off (XLATuner(baseline=False))"
-        return None, BaselineSection(reason=why)
-    if not jit_on:
-        return None, BaselineSection(reason="XLA is off in this fit")
-    if not epoch_steps:
-        why = "the first epoch's length is unknown (pass steps_per_epoch)"
-        return None, BaselineSection(reason=why)
-    budget = min(max(int(SHARE * epoch_steps), STEPS), MAX_STEPS)
-    budget = min(budget, max(int(SHORT_SHARE * epoch_steps), 12))
-    calls_left = epoch_steps // spe - 2  # the compiling call, the last
-    for rounds in ROUNDS:
-        calls = min(budget // spe, calls_left) // (2 * rounds)
-        if calls >= MIN_WINDOW_CALLS:
-            return BaselineWindows(rounds, calls), None
-    need = 2 * ROUNDS[-1] * MIN_WINDOW_CALLS * spe + 2 * spe
-    why = f"the first epoch has {epoch_steps} steps; the baseline needs {need}"
-    return None, BaselineSection(reason=why)
-
-
-class BaselineWindows:
-    """Which train call runs which side, and the section from the calls'
-    records.
+class BaselineRunner(TrialRunner):
+    """`auto.runner.TrialRunner` whose `switch` only notes the candidate:
+    on JAX the owner swaps the train functions (`active.jit`: the
+    model's jitted one, else Keras's no-jit one).
 
     Args:
-        rounds: Rounds of one no-XLA and one XLA window.
-        calls: Calls per window.
+        trial: The baseline's windows (XLA first, then no XLA).
+        keep: The candidate that trains after the windows (XLA on).
     """
 
-    def __init__(self, rounds: int, calls: int) -> None:
-        self.rounds, self.calls = rounds, calls
-        # Call 0 compiles the XLA step: the windows start after it.
-        self.schedule: dict[int, tuple[int, str]] = {}
-        call = 1
-        for r in range(rounds):
-            for side in (NO_XLA, XLA):
-                for _ in range(calls):
-                    self.schedule[call] = (r, side)
-                    call += 1
-        self.last_call = call - 1
+    def __init__(self, trial: Trial, keep: Candidate) -> None:
+        super().__init__(trial, original=None, xla_possible=True, keep=keep)
+        self.active = keep
 
-    def side(self, call: int) -> str:
-        """The side call number `call` (0-based in the epoch) runs."""
-        return self.schedule.get(call, (0, XLA))[1]
+    def switch(self, model: Any, candidate: Candidate) -> None:
+        self.active = candidate
 
-    def done(self, call: int) -> bool:
-        return call > self.last_call
 
-    def section(self, records: list, spe: int) -> BaselineSection:
-        """The baseline from the epoch's train records (in call order)."""
-        windows: dict[tuple[int, str], list[float]] = {}
-        first_no_xla = None
-        no_xla_seconds, no_xla_steps, run_steps = 0.0, 0, 0
-        for record in records:
-            call = record.first_step // spe
-            if call not in self.schedule:
-                continue
-            r, side = self.schedule[call]
-            run_steps += record.steps
-            if side == NO_XLA:
-                no_xla_seconds += record.seconds
-                no_xla_steps += record.steps
-                if first_no_xla is None:
-                    first_no_xla = record
-            key = (r, side)
-            if key not in windows:
-                windows[key] = []  # the window's first call: not timed
-                continue
-            if not record.compiled:
-                windows[key].append(record.seconds_per_step)
-        slow = [t for (r, s), t in sorted(windows.items()) if s == NO_XLA]
-        fast = [t for (r, s), t in sorted(windows.items()) if s == XLA]
-        pooled_slow = [t for w in slow for t in w]
-        pooled_fast = [t for w in fast for t in w]
-        if len(pooled_slow) < 2 or len(pooled_fast) < 2:
-            return BaselineSection(
-                reason="the baseline windows timed fewer than two steps"
-            )
-        no_xla = statistics.median(pooled_slow)
-        xla = statistics.median(pooled_fast)
-        ratios = [
-            statistics.median(a) / statistics.median(b)
-            for a, b in zip(slow, fast)
-            if a and b
-        ]
-        trace = None
-        if first_no_xla is not None:
-            trace = round(
-                max(first_no_xla.seconds - no_xla * first_no_xla.steps, 0.0),
-                4,
-            )
+def plan(
+    enabled: bool,
+    jit_on: bool,
+    epoch_steps: int | None,
+    spe: int,
+    policy_name: str,
+    epochs: int | None,
+    budget: float | int,
+    t: policy.Tunables | None = None,
+) -> BaselineRunner | BaselineSection:
+    """The baseline's runner for a fit whose first epoch has
+    `epoch_steps` steps, or the section saying why there is none.
+
+    As `auto.runner.plan_baseline`: `policy.baseline_steps` of the first
+    epoch in `baseline_rounds` rounds of windows of at least
+    `min_window_calls` calls, spanning epochs where the first is too
+    short and the run holds them; one more round at a time while the
+    speedup's range is not useful, within `trial_budget` (`budget`) and
+    the first epoch.
+    """
+    t = t or policy.TUNABLES
+    if not enabled:
+        why = "the baseline window is off (XLATuner(baseline=False))"
+        return BaselineSection(reason=why)
+    if not jit_on:
+        return BaselineSection(reason="XLA is off in this fit")
+    if not epoch_steps:
+        why = "the first epoch's length is unknown (pass steps_per_epoch)"
+        return BaselineSection(reason=why)
+    steps = policy.baseline_steps(epoch_steps, t)
+    spans = steps < t.baseline_min_steps <= epoch_steps * (epochs or 1)
+    if spans:
+        steps = t.baseline_min_steps
+    for rounds in t.baseline_rounds:
+        calls = steps // spe // (2 * rounds)
+        if calls >= t.min_window_calls:
+            break
+    if calls < t.min_window_calls:
+        need = 2 * rounds * t.min_window_calls * spe
         return BaselineSection(
-            steps=len(pooled_slow),
-            no_xla_step_ms=ms(no_xla),
-            xla_step_ms=ms(xla),
-            cost_seconds=round(no_xla_seconds - no_xla_steps * xla, 4),
-            reason="",
-            run_steps=run_steps,
-            window_seconds=round(no_xla_seconds, 4),
-            trace_seconds=trace,
-            speedup_low=round(min(ratios), 3) if ratios else None,
-            speedup_high=round(max(ratios), 3) if ratios else None,
-            rounds=self.rounds,
-            span=[[0, min(self.schedule) * spe], [0, self.last_call * spe]],
+            reason=f"the first epoch has {epoch_steps} steps; the baseline "
+            f"needs {need}"
         )
+    keep = Candidate(True, policy_name)
+    # No dropping: the baseline measures both sides, however clear.
+    trial = Trial(
+        [keep, Candidate(False, policy_name)],
+        keep,
+        calls,
+        spe,
+        rounds=rounds,
+        drop=False,
+        tunables=t,
+    )
+    runner = BaselineRunner(trial, keep)
+    runner.spans = spans
+    limit = policy.budget_steps(budget, epoch_steps) or 0
+    if not spans:
+        limit = min(limit, epoch_steps - spe)
+    runner.extend_to = max(limit, 0) // spe
+    return runner

@@ -14,6 +14,7 @@ import time
 import weakref
 from typing import Any
 
+from keras_xla.auto.runner import Next
 from keras_xla.core import findings as codes
 from keras_xla.core import render
 from keras_xla.core import report as report_lib
@@ -70,11 +71,12 @@ class JaxFitRun:
         self.events = CompileEvents()
         self.tap = StepTap(self.events)
         self.log: JaxStepLog | None = None
-        self.baseline: baseline_lib.BaselineWindows | None = None
+        self.baseline: baseline_lib.BaselineRunner | None = None
         self._user: dict[str, Any] = {}
         self._no_jit = None
         self._jit_train = None
-        self._train_calls = 0
+        # (epoch, first step) of the train calls run without XLA.
+        self._no_xla_calls: set[tuple[int, int]] = set()
         self._epoch_open = False
         self._testing = False
         self._hlo_done = False
@@ -110,22 +112,35 @@ class JaxFitRun:
         self.log = JaxStepLog(spe, self.tap, tracker_of(model))
         self.tap.error_handler = self._step_failed
         self._jit_train = untapped(model.train_function)
-        jit_on = info.enabled
-        self.baseline, section = baseline_lib.plan(
-            bool(s.baseline), jit_on, self.params.get("steps"), spe
-        )
-        self.report.baseline = section
-        if self.baseline is not None:
-            try:
-                self._no_jit = baseline_lib.build_no_jit(model)
-            except Exception as error:  # noqa: BLE001
-                self.baseline = None
-                self.report.baseline = report_lib.BaselineSection(
-                    reason=f"the no-XLA step could not be built: {error}"
-                )
+        self._plan_baseline(spe)
         model.train_function = self.tap.wrap("train", model.train_function)
         model.test_function = self.tap.wrap("test", model.test_function)
         self.active = True
+
+    def _plan_baseline(self, spe: int) -> None:
+        """The no-XLA baseline's runner (`self.baseline`), or the report's
+        section saying why there is none."""
+        s, model = self.settings, self.model
+        planned = baseline_lib.plan(
+            bool(s.baseline),
+            bool(self.report.jit.enabled),
+            self.params.get("steps"),
+            spe,
+            model.dtype_policy.name,
+            self.params.get("epochs"),
+            s.trial_budget,
+        )
+        if isinstance(planned, report_lib.BaselineSection):
+            self.report.baseline = planned
+            return
+        try:
+            self._no_jit = baseline_lib.build_no_jit(model)
+        except Exception as error:  # noqa: BLE001
+            self.report.baseline = report_lib.BaselineSection(
+                reason=f"the no-XLA step could not be built: {error}"
+            )
+            return
+        self.baseline = planned
 
     def _build_functions(self) -> None:
         """The step functions of the model's XLA setting: built once per
@@ -236,20 +251,60 @@ class JaxFitRun:
         if not self.active:
             return
         if function == "train" and self.baseline is not None:
-            self._baseline_switch()
+            self.log.close(now)
+            self._baseline_step(batch)
         self.log.begin(function, batch, now)
 
-    def _baseline_switch(self) -> None:
-        call, windows = self._train_calls, self.baseline
-        self._train_calls += 1
-        if windows.done(call) and self._no_jit is None:
+    def _baseline_step(self, batch: int) -> None:
+        """Before a train call in the baseline's windows: the runner's
+        schedule (`auto.runner.TrialRunner.before_call`) picks the side;
+        the side's train function goes on the model."""
+        runner = self.baseline
+        outcome = runner.before_call(
+            self.model, lambda: self.log.collect("train")
+        )
+        if outcome is Next.DONE:
+            self._finish_baseline()
             return
-        side = windows.side(call)
-        fn = self._no_jit if side == baseline_lib.NO_XLA else self._jit_train
+        if not runner.active.jit:
+            self._no_xla_calls.add((self.accountant.epoch, batch))
+        self._put_train_function(runner.active.jit)
+
+    def _put_train_function(self, jit: bool) -> None:
+        """The jitted train function, or Keras's no-jit one, on the
+        model (tapped)."""
+        fn = self._jit_train if jit else self._no_jit
         if fn is not None and untapped(self.model.train_function) is not fn:
             self.model.train_function = self.tap.wrap("train", fn)
-        if windows.done(call):
-            self._no_jit = None  # XLA from now on
+
+    def _finish_baseline(self, abandoned: bool = False) -> None:
+        """The baseline's windows are over (or the fit ended in them):
+        its section, and XLA's train function from now on."""
+        runner, self.baseline = self.baseline, None
+        self._put_train_function(True)
+        self._no_jit = None
+        if abandoned:
+            section = report_lib.BaselineSection(
+                reason=baseline_lib.ENDED_REASON
+            )
+        else:
+            section = runner.finish(self.model, self.log.collect("train"))
+            section = section.baseline
+        self.report.baseline = section
+
+    def _end_train_calls(self, interrupted: bool = False) -> None:
+        """Validation or the epoch's end: the baseline ends with the
+        train calls so far unless it spans epochs (`TrialRunner.pause`)."""
+        self.log.close()
+        records = self.log.collect("train")
+        if self.baseline is None:
+            return
+        if interrupted:
+            self._finish_baseline(abandoned=True)
+            return
+        more = self.accountant.epoch + 1 < self.params.get("epochs", 1)
+        if self.baseline.pause(records, more):
+            self._finish_baseline()
 
     def step_end(self) -> None:
         if self.active:
@@ -273,8 +328,7 @@ class JaxFitRun:
     def test_begin(self) -> None:
         if self.active:
             self._testing = True
-            self.log.close()
-            self.log.collect("train")
+            self._end_train_calls()
 
     def test_end(self) -> None:
         self._testing = False
@@ -296,13 +350,17 @@ class JaxFitRun:
         Returns the epoch's `xla/*` figures, or None."""
         if not self.active or not self._epoch_open:
             return None
+        self._end_train_calls(interrupted)
         records = self.log.take("train")
         self._epoch_open = False
         if interrupted and not records:
             return None
         self._tally_cache(records)
-        if self.baseline is not None and epoch == 0:
-            self._finish_baseline(records)
+        no_xla = {step for e, step in self._no_xla_calls if e == epoch}
+        for record in records:
+            record.warmup = record.warmup or record.first_step in no_xla
+        if self.baseline is not None:  # it goes on in the next epoch
+            self.baseline.new_epoch()
         stats = self.accountant.finish_epoch(records)
         stats.jit_compile = bool(self.report.jit and self.report.jit.enabled)
         stages = [self._label_cache, self._check, self._conclude]
@@ -313,18 +371,6 @@ class JaxFitRun:
         self.outputs.write(stats, records)
         figures = summaries.epoch_scalars(stats, self.report.hlo)
         return {k: v for k, v in figures.items() if v is not None}
-
-    def _finish_baseline(self, records) -> None:
-        windows, self.baseline = self.baseline, None
-        if self._no_jit is not None:  # the epoch ended inside the windows
-            self.model.train_function = self.tap.wrap("train", self._jit_train)
-            self._no_jit = None
-        spe = int(self.model.steps_per_execution or 1)
-        self.report.baseline = windows.section(records, spe)
-        for record in records:
-            call = record.first_step // spe
-            if windows.side(call) == baseline_lib.NO_XLA:
-                record.warmup = True  # not XLA's steady step
 
     def _label_cache(self, stats, records) -> None:
         section = self.report.compile_cache
