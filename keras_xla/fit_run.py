@@ -16,7 +16,7 @@ import time
 import weakref
 from typing import Any
 
-from keras_xla import epoch_checks
+from keras_xla import epoch_checks, fit_setup
 from keras_xla.auto import runner as auto_runner
 from keras_xla.auto.model_state import ModelState
 from keras_xla.auto.policy import AUTO
@@ -38,7 +38,6 @@ from keras_xla.tf_backend import (
 )
 from keras_xla.tf_backend import compile_cache as cache_lib
 from keras_xla.tf_backend import jit as jit_lib
-from keras_xla.tf_backend import precision as precision_lib
 from keras_xla.tf_backend import unsupported as unsupported_lib
 from keras_xla.tf_backend.profiler import ProfileRun, on_error
 from keras_xla.tf_backend.step_functions import (
@@ -97,24 +96,12 @@ class FitRun:
         self.lease = ModelLease(model)
         auto = AUTO in (s.jit_compile, s.mixed_precision)
         original = self.lease.user if auto else None
-        if s.mixed_precision not in (None, AUTO):
-            precision_lib.apply_policy(model, s.mixed_precision)
-        for f in precision_lib.check_precision(model):
-            self.book.add(f.code, f.message, f.fix, (f.message,))
-        self.report.environment = jit_lib.describe_environment(model)
-        requested = True if s.jit_compile == AUTO else s.jit_compile
-        info, cause = jit_lib.configure_jit(model, requested)
-        info.requested = s.jit_compile
-        self.report.jit = info
-        if cause is not None:
-            code, reason, fix = cause
-            if s.strict and s.jit_compile is True:
-                raise ValueError(f"XLA cannot be enabled: {reason}. {fix}")
-            self.book.add(code, f"XLA is off: {reason}.", fix)
-        for code, message, fix, place in s.setup_findings():
+        setup = fit_setup.configure(s, model)
+        report = self.report
+        report.environment, report.jit = setup.environment, setup.jit
+        report.compile_cache = setup.compile_cache or report.compile_cache
+        for code, message, fix, place in setup.findings:
             self.book.add(code, message, fix, place)
-        if s.cache_status is not None:
-            self.report.compile_cache = cache_lib.start_section(s.cache_status)
         self._configured = True
         if self.jit_on:
             self._preflight()
