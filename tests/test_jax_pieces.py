@@ -12,9 +12,13 @@ import pytest
 
 pytest.importorskip("jax")
 
+from keras_xla.core.accounting import Accountant  # noqa: E402
 from keras_xla.core.findings import FindingBook  # noqa: E402
 from keras_xla.core.report import XLAReport  # noqa: E402
-from keras_xla.core.timing import StepRecord  # noqa: E402
+from keras_xla.core.timing import (  # noqa: E402
+    StepRecord,
+    estimate_compile_seconds,
+)
 from keras_xla.jax_backend import baseline, hlo  # noqa: E402
 from keras_xla.jax_backend import compile_cache as cache_lib  # noqa: E402
 from keras_xla.jax_backend.compile_events import (  # noqa: E402
@@ -111,12 +115,15 @@ def test_events_mark_compilations_and_an_unexplained_event_is_a_retrace():
     ]
     records = log_with(calls).take("train")
     assert [len(r.new) for r in records] == [1, 0, 1, 1]
-    assert [r.measured for r in records] == [[0.4], [], [0.3], [0.2]]
+    assert [r.measured_compile_seconds for r in records] == [
+        [0.4],
+        [],
+        [0.3],
+        [0.2],
+    ]
     assert records[2].signatures[0][0].trace == 1
     report = XLAReport()
-    from keras_xla.jax_backend.accounting import MeasuredAccountant
-
-    accountant = MeasuredAccountant(report, FindingBook(report.findings))
+    accountant = Accountant(report, FindingBook(report.findings))
     stats = accountant.finish_epoch(records)
     assert stats.compilations == 3 and stats.recompilations == 2
     assert stats.compile_seconds == pytest.approx(0.9)
@@ -131,17 +138,34 @@ def test_a_cache_hit_is_no_compilation():
     assert records[0].new == [] and records[0].cache_hits == 1
 
 
-def test_measured_accountant_puts_the_core_estimate_back():
-    from keras_xla.core import accounting
-    from keras_xla.jax_backend.accounting import MeasuredAccountant
-
-    before = accounting.estimate_compile_seconds
-    calls = [TapCall("train", [sig(8)], [CompileEvent("train", 0.4, 0.0)])]
+def test_measured_seconds_are_used_as_they_are_each_its_own():
+    # Two compilations in one call (steps_per_execution): each keeps its
+    # own seconds; the call's excess over the median plays no part.
+    record = StepRecord(
+        "train",
+        0,
+        5.0,
+        signatures=[(sig(8),), (sig(2),)],
+        new=[(0, 0), (1, 0)],
+        previous={(0, 0): [], (1, 0): [sig(8)]},
+        measured_compile_seconds=[0.4, 0.1],
+    )
+    assert estimate_compile_seconds(record, 0.001) == pytest.approx(0.25)
+    steady = [
+        StepRecord("train", 2 + i, 0.001, signatures=[(sig(8),)])
+        for i in range(4)
+    ]
     report = XLAReport()
-    accountant = MeasuredAccountant(report, FindingBook(report.findings))
-    accountant.finish_epoch(log_with(calls).take("train"))
-    assert accounting.estimate_compile_seconds is before
-    assert report.compile_log[0].compile_seconds == 0.4
+    accountant = Accountant(report, FindingBook(report.findings))
+    stats = accountant.finish_epoch([record, *steady])
+    assert [c.compile_seconds for c in report.compile_log] == [0.4, 0.1]
+    assert stats.compile_seconds == pytest.approx(0.5)
+    assert report.recompilations[0].compile_seconds == 0.1
+
+
+def test_without_measured_seconds_the_estimate_is_the_excess():
+    record = StepRecord("train", 0, 0.5, signatures=[(sig(8),)], new=[(0, 0)])
+    assert estimate_compile_seconds(record, 0.1) == pytest.approx(0.4)
 
 
 HLO_TEXT = """HloModule jit_train_step, entry_computation_layout={(f32[2]{0}, /*index=1*/f32[2]{0})->f32[2]{0}}

@@ -5,8 +5,9 @@ call's record, the signatures the function had not compiled before (one
 XLA compilation each). `Accountant` then turns the records of one epoch
 (train steps and the validation run's test steps) into the report's
 figures: robust step-time statistics, one `Compilation` per new signature
-with its estimated cost, one `Recompilation` per distinct drift with its
-explanation, the epoch's `EpochStats`, and findings.
+with its cost (estimated, or as the backend measured it:
+`StepRecord.measured_compile_seconds`), one `Recompilation` per distinct
+drift with its explanation, the epoch's `EpochStats`, and findings.
 
 Pure logic: nothing here imports TensorFlow or Keras.
 """
@@ -154,7 +155,10 @@ class Accountant:
                 self.graph_seconds if first else 0.0,
             )
             explained = set()
-            for index, replica in record.new:
+            measured = record.measured_compile_seconds
+            for k, (index, replica) in enumerate(record.new):
+                if len(measured) == len(record.new):
+                    seconds = measured[k]  # each its own, as measured
                 counts["compilations"] += 1
                 counts["compile_seconds"] += seconds
                 sig = record.signatures[index][replica]

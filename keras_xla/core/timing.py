@@ -38,6 +38,9 @@ class StepRecord:
             run): not a steady step.
         entries: The compile ledger entries the call wrote
             (auto-clustering: one per cluster compiled).
+        measured_compile_seconds: Each compilation's seconds as the
+            backend measured them, in the order of `new` (JAX's compile
+            events); empty where they are estimated (TensorFlow).
     """
 
     function: str
@@ -51,6 +54,7 @@ class StepRecord:
     previous: dict = dataclasses.field(default_factory=dict)
     warmup: bool = False
     entries: list = dataclasses.field(default_factory=list)
+    measured_compile_seconds: list = dataclasses.field(default_factory=list)
 
     @property
     def steps(self) -> int:
@@ -165,14 +169,18 @@ def estimate_compile_seconds(
 ) -> float:
     """Compile seconds of one compiled call, shared by its compilations.
 
-    The excess of the call over `steps * median`, minus the Python tracing
-    time the probe measured in it and `graph_seconds` (what a function's
-    first call takes to build its graph, for the call that compiled a
-    function first), divided evenly among the signatures that compiled
-    in the call; never negative.
+    Where the backend measured them (`record.measured_compile_seconds`),
+    their mean. Else the excess of the call over `steps * median`, minus
+    the Python tracing time the probe measured in it and `graph_seconds`
+    (what a function's first call takes to build its graph, for the call
+    that compiled a function first), divided evenly among the signatures
+    that compiled in the call; never negative.
     """
     if not record.compiled:
         return 0.0
+    measured = record.measured_compile_seconds
+    if measured:
+        return sum(measured) / len(measured)
     expected = (median_seconds or 0.0) * record.steps
     excess = record.seconds - expected - record.trace_seconds - graph_seconds
     return max(excess, 0.0) / len(record.new)

@@ -19,12 +19,12 @@ from keras_xla.core import findings as codes
 from keras_xla.core import render
 from keras_xla.core import report as report_lib
 from keras_xla.core import verdict as verdict_lib
+from keras_xla.core.accounting import Accountant
 from keras_xla.core.findings import FindingBook
 from keras_xla.core.timing import steady_signature
 from keras_xla.fit_outputs import FitOutputs
 from keras_xla.jax_backend import baseline as baseline_lib
 from keras_xla.jax_backend import environment, hlo
-from keras_xla.jax_backend.accounting import MeasuredAccountant
 from keras_xla.jax_backend.compile_events import CompileEvents
 from keras_xla.jax_backend.step_log import JaxStepLog, tracker_of
 from keras_xla.jax_backend.summaries import JaxSummaryWriter
@@ -62,7 +62,7 @@ class JaxFitRun:
         self.params = params or {}
         self.report = report_lib.XLAReport()
         self.book = FindingBook(self.report.findings)
-        self.accountant = MeasuredAccountant(self.report, self.book)
+        self.accountant = Accountant(self.report, self.book)
         self.trial_result = previous_trial
         self.active = False
         self.outputs = FitOutputs(settings, self.report, self.book)

@@ -36,15 +36,14 @@ def tracker_of(model: Any) -> SignatureTracker:
 
 @dataclasses.dataclass
 class JaxStepRecord(StepRecord):
-    """A `StepRecord` with what JAX measured.
+    """A `StepRecord` with the persistent cache's hits. Its compilations'
+    seconds are JAX's (`measured_compile_seconds`), not estimated.
 
     Attributes:
-        measured: JAX's seconds of each compilation in the call.
         cache_hits: Persistent-cache hits in the call (no compilation).
         hit_seconds: JAX's seconds of loading those hits.
     """
 
-    measured: list = dataclasses.field(default_factory=list)
     cache_hits: int = 0
     hit_seconds: float = 0.0
 
@@ -92,7 +91,7 @@ class JaxStepLog:
             new = JaxStepRecord(**dataclasses.asdict(record))
             new.signatures = [(s,) for s in call.signatures]
             self._detect(function, new, call.events)
-            if new.signatures or new.measured:
+            if new.signatures or new.measured_compile_seconds:
                 records.append(new)
         self.records[function].extend(records)
         return self.records[function]
@@ -135,7 +134,7 @@ class JaxStepLog:
                 record.signatures[j] = (sig,)
             record.new.append((j, 0))
             record.previous[j, 0] = before
-            record.measured.append(event.seconds)
+            record.measured_compile_seconds.append(event.seconds)
 
     def drain(self) -> list[dict]:
         """Calls of the step functions outside the fit's steps (a
