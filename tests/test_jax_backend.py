@@ -235,7 +235,7 @@ def test_data_parallel_on_two_host_devices(tmp_path):
     assert even["hlo"]["source"] == "JAX's in-memory cache"
     dp = result["data_parallel"]
     assert dp["odd_error"] == "IndivisibleError"
-    assert dp["odd_codes"] == ["partial-last-batch"]
+    assert dp["odd_codes"] == ["indivisible-batch"]
     assert "divisible by 2" in dp["odd_findings"][0]
     assert result["tensorflow_imported"] is False
 
@@ -243,10 +243,24 @@ def test_data_parallel_on_two_host_devices(tmp_path):
 def test_auto_is_tensorflow_only_and_trains_with_the_models_setting(fits):
     run_ = fits["first"]["settings"]
     auto = run_["auto"]
-    assert auto["codes"] == ["trial-skipped"]
+    assert auto["codes"] == ["backend-unsupported"]
     assert "TensorFlow backend only" in run_["auto_findings"][0]
     assert auto["jit"] is True  # the model's own setting ("auto": on)
     assert auto["truth"]["train"] == 1 == counted(auto, "train")
+
+
+def test_tensorflow_only_settings_say_so_on_jax(fits):
+    run_ = fits["first"]["settings"]["tf_only"]
+    found = run_["findings"]
+    assert [(code, severity) for code, severity, _ in found] == [
+        ("backend-unsupported", "warning"),
+        ("backend-unsupported", "warning"),
+    ]
+    assert found[0][2].startswith("mixed_precision='mixed_bfloat16'")
+    assert found[1][2].startswith("profile_steps uses TensorFlow's")
+    # The model trained as compiled: its policy, XLA on, counted.
+    assert run_["policy"] == "float32" and run_["jit"] is True
+    assert run_["truth"]["train"] == 0 == counted(run_, "train")
 
 
 def test_jit_compile_false_runs_op_by_op_and_counts_no_step_compile(fits):

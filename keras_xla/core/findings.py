@@ -86,6 +86,9 @@ COMPILE_CACHE_UNTRUSTED = "compile-cache-untrusted"
 COMPILE_CACHE_NOT_SAVED = "compile-cache-not-saved"
 COMPILE_LEDGER_OFF = "compile-ledger-off"
 FOLDED_DIMENSIONS = "folded-dimensions"
+# The backend and the devices.
+INDIVISIBLE_BATCH = "indivisible-batch"
+BACKEND_UNSUPPORTED = "backend-unsupported"
 
 CODES: dict[str, Code] = _table(
     (PARTIAL_LAST_BATCH, "warning", "a short last batch recompiled"),
@@ -134,6 +137,8 @@ CODES: dict[str, Code] = _table(
     (COMPILE_CACHE_NOT_SAVED, "warning", "new entries could not be saved"),
     (COMPILE_LEDGER_OFF, "info", "XLA's compilations are not recorded"),
     (FOLDED_DIMENSIONS, "info", "dimensions past 30 recorded as one hash"),
+    (INDIVISIBLE_BATCH, "error", "a batch does not divide over the devices"),
+    (BACKEND_UNSUPPORTED, "warning", "a TensorFlow-only feature, not applied"),
 )
 
 

@@ -106,14 +106,16 @@ def configure_jit(
 
 
 def tf_only_findings(model: Any, settings: Any) -> list[tuple]:
-    """`(code, message, fix, place)` for what stays TensorFlow's."""
+    """`(code, message, fix, place)` for each TensorFlow-only feature the
+    tuner was asked for (`backend-unsupported`, one place each)."""
+    unsupported = codes.BACKEND_UNSUPPORTED
     out = []
     if AUTO in (settings.jit_compile, settings.mixed_precision):
-        out.append((codes.TRIAL_SKIPPED, AUTO_TF_ONLY + ".", AUTO_FIX, ()))
+        out.append((unsupported, AUTO_TF_ONLY + ".", AUTO_FIX, ("auto",)))
     if getattr(model, "_keras_xla_native_probe", False):
         out.append(
             (
-                codes.TUNER_ERROR,
+                unsupported,
                 "keras_xla.XLAModel is a TensorFlow feature: on JAX it "
                 "trains as a plain keras.Model.",
                 "Use keras.Model on JAX (Keras's JAX trainer already "
@@ -124,7 +126,7 @@ def tf_only_findings(model: Any, settings: Any) -> list[tuple]:
     if settings.mixed_precision not in (None, AUTO):
         out.append(
             (
-                codes.TUNER_ERROR,
+                unsupported,
                 f"mixed_precision={settings.mixed_precision!r} is applied "
                 "to the live model on the TensorFlow backend only for now: "
                 "on JAX the fit trains with the model's own policy "
@@ -137,11 +139,11 @@ def tf_only_findings(model: Any, settings: Any) -> list[tuple]:
     if settings.profile_steps:
         out.append(
             (
-                codes.PROFILER_BUSY,
+                unsupported,
                 "profile_steps uses TensorFlow's profiler: no trace was "
                 "taken on JAX.",
                 "Use jax.profiler.trace(log_dir) around the steps to trace.",
-                ("jax",),
+                ("profile_steps",),
             )
         )
     return out

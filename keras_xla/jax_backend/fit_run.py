@@ -233,7 +233,7 @@ class JaxFitRun:
         if "Indivisible" in type(error).__name__ or "divisible" in str(error):
             devices = environment.device_count()
             self.book.add(
-                codes.PARTIAL_LAST_BATCH,
+                codes.INDIVISIBLE_BATCH,
                 f"{function}: a batch does not divide over the {devices} "
                 "devices of the keras.distribution, so Keras's data "
                 f"iterator failed ({type(error).__name__}: {error}). A "
@@ -241,7 +241,7 @@ class JaxFitRun:
                 "Make every batch a multiple of the device count: batch "
                 "with drop_remainder=True, or pick a dataset size and "
                 f"batch size divisible by {devices}.",
-                (function, "indivisible"),
+                (function,),
             )
 
     # Per step: two clock reads.
