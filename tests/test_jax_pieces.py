@@ -129,6 +129,12 @@ def test_events_mark_compilations_and_an_unexplained_event_is_a_retrace():
     assert stats.compile_seconds == pytest.approx(0.9)
     causes = [r.cause for r in report.recompilations]
     assert causes == ["retrace", "partial_batch"]
+    # The sentence holds on either backend: no tf.function on JAX.
+    assert report.recompilations[0].message == (
+        "train: the step was traced again (a new trace of the same step "
+        "function, or a rebuilt one), so XLA compiled it again for known "
+        "shapes. Recompiled in 0.30 s."
+    )
     assert [c.compile_seconds for c in report.compile_log] == [0.4, 0.3, 0.2]
 
 

@@ -43,8 +43,9 @@ class Signature:
     """The key XLA compiles on: the traced function and its input shapes.
 
     Attributes:
-        trace: Index of the `tf.function` trace (concrete function) that ran
-            the step. A new trace is a new XLA cluster even for old shapes.
+        trace: Index of the step function's trace that ran the step (on
+            TensorFlow a `tf.function` concrete function; on JAX a rebuilt
+            jitted step). A new trace compiles again even for old shapes.
         tensors: Every input tensor, in flattening order.
     """
 
@@ -188,7 +189,7 @@ def explain(
     old = closest_previous(previous, new)
     changes = classify(diff_signatures(old, new), last_step)
     if not changes:
-        # Same shapes, new concrete function: tf.function traced again.
+        # Same shapes, a new trace of the step: it was traced again.
         change = ShapeChange(None, None, None, None, RETRACE)
         return change, [change]
     return primary_changes(changes)[0], changes
@@ -306,8 +307,9 @@ def describe(
     """
     if change.cause == RETRACE:
         return (
-            f"{function}: the step was traced again (a new tf.function "
-            "concrete function), so XLA compiled it again for known shapes."
+            f"{function}: the step was traced again (a new trace of the "
+            "same step function, or a rebuilt one), so XLA compiled it "
+            "again for known shapes."
         )
     if change.cause == NEW_INPUT:
         return f"{function}: new input `{change.input}` {change.after}."
