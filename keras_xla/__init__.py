@@ -67,6 +67,8 @@ def __getattr__(name):
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'keras_xla' has no attribute {name!r}")
+    if name == "XLAModel" and _keras_backend() != "tensorflow":
+        module = "keras_xla.jax_backend.xla_model"  # says what to use
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

@@ -289,6 +289,28 @@ def settings(log_dir):
     return out
 
 
+def xla_model(log_dir):
+    """keras_xla.XLAModel on JAX: a ValueError naming the fix, built
+    functional, subclassed or from a model."""
+    from keras_xla import XLAModel
+
+    inputs = keras.Input((4,))
+    outputs = keras.layers.Dense(1)(inputs)
+    attempts = {
+        "functional": lambda: XLAModel(inputs, outputs),
+        "subclassed": lambda: type("Net", (XLAModel,), {})(),
+        "from_model": lambda: XLAModel.from_model(dense_model()),
+    }
+    out = {}
+    for name, build in attempts.items():
+        try:
+            build()
+            out[name] = None
+        except Exception as error:  # noqa: BLE001
+            out[name] = [type(error).__name__, str(error)]
+    return out
+
+
 def main():
     args = sys.argv[1:]
     cache_dir = None

@@ -45,7 +45,8 @@ def fits(tmp_path_factory):
     compile cache; a second process: the cache's second run."""
     root = tmp_path_factory.mktemp("jax")
     cache = root / "cache"
-    scenarios = ("partial", "padded", "spe", "baseline", "settings", "cache")
+    scenarios = ("partial", "padded", "spe", "baseline", "settings")
+    scenarios += ("xla_model", "cache")
     first = run(root / "one", *scenarios, cache=cache)
     second = run(root / "two", "cache", cache=cache)
     return {"root": root, "cache": cache, "first": first, "second": second}
@@ -272,6 +273,16 @@ def test_jit_compile_false_runs_op_by_op_and_counts_no_step_compile(fits):
     assert off["baseline"]["reason"] == "XLA is off in this fit"
     # The model is put back as the user compiled it.
     assert off["jit_after"] is True
+
+
+def test_xla_model_on_jax_says_to_use_keras_model(fits):
+    built = fits["first"]["xla_model"]
+    assert set(built) == {"functional", "subclassed", "from_model"}
+    for kind, message in built.values():
+        assert kind == "ValueError"
+        assert "needs Keras's TensorFlow backend" in message
+        assert "build a keras.Model" in message
+    assert fits["first"]["tensorflow_imported"] is False
 
 
 def test_doctor_reports_the_jax_side_without_tensorflow():
