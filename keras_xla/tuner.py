@@ -88,7 +88,8 @@ class XLATuner(keras.callbacks.Callback):
     `duplicate-tuner`, `folded-dimensions`; the cache
     `compile-cache-corrupt`, `compile-cache-read-only`,
     `compile-cache-untrusted`, `compile-cache-not-saved`,
-    `compile-ledger-off`.
+    `compile-ledger-off`; on JAX `indivisible-batch` and
+    `backend-unsupported`.
 
     The report (`tuner.report`) is also written to
     `<log_dir>/xla_report.json` at every epoch end and at train end.
