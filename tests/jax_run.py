@@ -113,6 +113,14 @@ def summary(tuner, start):
         ),
         "outside": report.outside_compilations,
         "environment": report.environment,
+        # What the epoch lints read, to check them against core.lints.
+        "lints": {
+            "medians": [e.step_time_ms["median"] for e in report.epochs],
+            "steps": [e.steps for e in report.epochs],
+            "compile_seconds": [e.compile_seconds for e in report.epochs],
+            "params": {k: tuner.params.get(k) for k in ("steps", "epochs")},
+            "spe": int(tuner.model.steps_per_execution or 1),
+        },
     }
 
 

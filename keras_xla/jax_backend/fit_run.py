@@ -16,7 +16,7 @@ from typing import Any
 
 from keras_xla.auto.runner import Next
 from keras_xla.core import findings as codes
-from keras_xla.core import render
+from keras_xla.core import lints, render
 from keras_xla.core import report as report_lib
 from keras_xla.core import verdict as verdict_lib
 from keras_xla.core.accounting import Accountant
@@ -395,6 +395,23 @@ class JaxFitRun:
             )
 
     def _check(self, stats, records) -> None:
+        """The epoch's checks, as on TensorFlow (`epoch_checks`): the HLO
+        analysis once per fit, then the epoch lints (`core.lints`). The
+        tensor-core alignment lint is not run: it reads the GPUs through
+        TensorFlow."""
+        self._analyze_hlo(stats, records)
+        found = lints.epoch_lints(
+            stats.epoch,
+            stats.step_time_ms["median"],
+            int(self.model.steps_per_execution or 1),
+            self.report.total_compile_seconds,
+            self.params,
+            steps=stats.steps,
+        )
+        for code, message, fix in found:
+            self.book.add(code, message, fix)
+
+    def _analyze_hlo(self, stats, records) -> None:
         s = self.settings
         if self._hlo_done or not s.analyze_hlo or not self.report.jit.enabled:
             return
