@@ -215,6 +215,51 @@ def baseline(log_dir):
     return out
 
 
+class StopAt(keras.callbacks.Callback):
+    """Raises at a train batch's end: a fit interrupted there."""
+
+    def __init__(self, batch):
+        super().__init__()
+        self.batch = batch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == self.batch:
+            raise RuntimeError("stopped")
+
+
+def baseline_edges(log_dir):
+    """A baseline spanning epochs (10 steps an epoch, three epochs), and a
+    fit interrupted inside the windows."""
+    model = dense_model()
+    x = np.random.rand(512, 4).astype("float32")
+    y = np.random.rand(512, 1).astype("float32")
+    spans = keras_xla.XLATuner(log_dir=None, verbose=0)
+    start = len(EVENTS)
+    model.fit(
+        x[:80], y[:80], batch_size=8, epochs=3, verbose=0, callbacks=[spans]
+    )
+    out = {"spans": summary(spans, start)}
+    model = dense_model()
+    stopped = keras_xla.XLATuner(log_dir=None, verbose=0)
+    try:
+        model.fit(
+            x,
+            y,
+            batch_size=8,
+            epochs=1,
+            verbose=0,
+            callbacks=[stopped, StopAt(5)],
+        )
+    except RuntimeError:
+        pass
+    out["stopped"] = summary(stopped, 0)
+    out["stopped"]["jit_after"] = bool(model.jit_compile)
+    out["stopped"]["untapped"] = not hasattr(
+        model.train_function, "_keras_xla_tapped"
+    )
+    return out
+
+
 def cache(log_dir, directory):
     model = dense_model()
     x = np.random.rand(50, 4).astype("float32")

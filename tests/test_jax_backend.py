@@ -46,7 +46,7 @@ def fits(tmp_path_factory):
     root = tmp_path_factory.mktemp("jax")
     cache = root / "cache"
     scenarios = ("partial", "padded", "spe", "baseline", "settings")
-    scenarios += ("xla_model", "cache")
+    scenarios += ("baseline_edges", "xla_model", "cache")
     first = run(root / "one", *scenarios, cache=cache)
     second = run(root / "two", "cache", cache=cache)
     return {"root": root, "cache": cache, "first": first, "second": second}
@@ -169,6 +169,29 @@ def test_baseline_and_verdict(fits):
     assert low <= high
     assert (verdict["speedup_low"], verdict["speedup_high"]) == (low, high)
     assert run_["jit_after"] is True
+
+
+def test_baseline_spans_epochs_when_the_first_is_short(fits):
+    run_ = fits["first"]["baseline_edges"]["spans"]
+    baseline = run_["baseline"]
+    # 10 steps an epoch, three epochs: auto.policy's 12 steps, two rounds
+    # of 3 calls a side, from epoch 0's first step to epoch 1's second.
+    assert baseline["reason"] == ""
+    assert (baseline["rounds"], baseline["run_steps"]) == (2, 6)
+    assert baseline["steps"] == 4  # each no-XLA window's first not timed
+    assert baseline["span"] == [[0, 0], [1, 1]]
+    assert [e["steps"] for e in run_["epochs"]] == [10, 10, 10]
+    assert run_["truth"]["train"] == 1 == counted(run_, "train")
+
+
+def test_a_fit_stopped_in_the_baseline_windows_says_so(fits):
+    run_ = fits["first"]["baseline_edges"]["stopped"]
+    assert run_["baseline"]["reason"] == (
+        "the fit ended during the no-XLA baseline window"
+    )
+    assert run_["baseline"]["no_xla_step_ms"] is None
+    # The model keeps its jitted train function, untapped.
+    assert run_["jit_after"] is True and run_["untapped"] is True
 
 
 def test_hlo_analysis_adds_no_compilation(fits):
