@@ -145,3 +145,36 @@ def test_trial_runner_switches_and_decides_on_records(monkeypatch):
     assert settlement.decision.winner == "xla/float32"
     assert model.jit_compile is True
     assert settlement.decision.speedup_vs_default == 2.0
+
+
+def test_the_baseline_windows_start_after_a_warm_up_where_the_epoch_has_room():
+    from keras_xla.core.timing import StepRecord
+
+    def drive(epoch_steps):
+        """The baseline on a stub model: XLA steps take 1 ms, no-XLA 2 ms
+        (the warm-up's XLA steps 10 ms: too slow to be timed)."""
+        model = StubModel(jit_compile=True)
+        runner = trial_runner.plan_baseline(
+            model, request(jit=True, epoch_steps=epoch_steps), ModelState(model)
+        )
+        assert isinstance(runner, trial_runner.TrialRunner)
+        warmup, records = runner.warmup, []
+        while True:
+            step = len(records)
+            if runner.before_call(model, lambda: records) is (
+                trial_runner.Next.DONE
+            ):
+                break
+            fast = 0.01 if step < warmup else 0.001
+            seconds = fast if model.jit_compile else 0.002
+            records.append(StepRecord("train", step, seconds))
+        return warmup, runner.finish(model, records).baseline
+
+    # 400 steps: 48 steps of windows after 20 of warm-up.
+    warmup, baseline = drive(400)
+    assert warmup == 20
+    assert baseline.span == [[0, 20], [0, 67]]
+    assert (baseline.xla_step_ms, baseline.no_xla_step_ms) == (1.0, 2.0)
+    # 13 steps hold 12 of windows and the last call: no warm-up.
+    warmup, baseline = drive(13)
+    assert warmup == 0 and baseline.span == [[0, 0], [0, 11]]

@@ -212,8 +212,16 @@ def test_hlo_text_kernels_fusions_and_converts():
 
 
 def plan(epoch_steps, epochs=1, budget=0.25, spe=1, enabled=True, jit=True):
+    """The JAX baseline's runner without a warm-up: these tests plant
+    each call's time by its index (the warm-up is auto.policy's, tested
+    with the TensorFlow runner)."""
+    import dataclasses
+
+    from keras_xla.auto import policy
+
+    t = dataclasses.replace(policy.TUNABLES, baseline_warmup_steps=0)
     return baseline.plan(
-        enabled, jit, epoch_steps, spe, "float32", epochs, budget
+        enabled, jit, epoch_steps, spe, "float32", epochs, budget, t
     )
 
 
@@ -237,11 +245,12 @@ def test_baseline_plan_sizes_the_windows_by_the_trial_policy():
     runner = plan(200)
     assert policy.baseline_steps(200) == 48
     trial = runner.trial
-    assert (trial.window_calls, trial.rounds, trial.tunables) == (
-        8,
-        3,
-        policy.TUNABLES,
-    )
+    assert (trial.window_calls, trial.rounds) == (8, 3)
+    assert trial.tunables.baseline_steps == policy.TUNABLES.baseline_steps
+    # The default plan warms up 20 XLA steps first, where the epoch has
+    # room (200 steps: 48 of windows, 20 of warm-up).
+    default = baseline.plan(True, True, 200, 1, "float32", 1, 0.25)
+    assert default.warmup == 20 and default.extend_to == 50
     assert [c.name for c in trial.candidates] == [
         "xla/float32",
         "no_xla/float32",

@@ -101,6 +101,9 @@ class Tunables:
             `baseline_max_steps`; on a short epoch at most
             `baseline_short_share` of it, never under
             `baseline_min_steps`.
+        baseline_warmup_steps: XLA steps trained before the baseline's
+            first window, where the first epoch has room (the steps right
+            after the first compile are not yet the run's steady ones).
     """
 
     rounds: int = 3
@@ -122,6 +125,7 @@ class Tunables:
     baseline_max_steps: int = 120
     baseline_short_share: float = 0.3
     baseline_min_steps: int = 12
+    baseline_warmup_steps: int = 20
 
 
 TUNABLES = Tunables()
@@ -221,6 +225,62 @@ def baseline_steps(epoch_steps: int, t: Tunables = TUNABLES) -> int:
     budget = min(max(budget, t.baseline_steps), t.baseline_max_steps)
     short = max(int(t.baseline_short_share * epoch_steps), t.baseline_min_steps)
     return min(budget, short, epoch_steps)
+
+
+@dataclasses.dataclass(frozen=True)
+class BaselinePlan:
+    """The no-XLA baseline's schedule.
+
+    Attributes:
+        calls: Calls per window.
+        rounds: Windows per side.
+        spans: Whether the windows span epochs (a first epoch too short).
+        warmup_calls: XLA calls trained before the first window.
+        extend_to: The trial position (in calls) extra rounds may reach
+            while the speedup's range is not useful (0: none).
+    """
+
+    calls: int
+    rounds: int
+    spans: bool
+    warmup_calls: int
+    extend_to: int
+
+
+def baseline_plan(
+    epoch_steps: int,
+    epochs: int | None,
+    steps_per_call: int,
+    budget: Any,
+    t: Tunables = TUNABLES,
+) -> BaselinePlan | str:
+    """The baseline's schedule for a first epoch of `epoch_steps`, or why
+    there is none: `baseline_steps` of it in `baseline_rounds` rounds of
+    windows (both sides), spanning epochs where the first is too short
+    and the run holds them; after a warm-up of `baseline_warmup_steps`
+    where the epoch has room beyond the windows and its last call; extra
+    rounds within `trial_budget` (`budget`) and the first epoch."""
+    spe = steps_per_call
+    steps = baseline_steps(epoch_steps, t)
+    spans = steps < t.baseline_min_steps <= epoch_steps * (epochs or 1)
+    if spans:
+        steps = t.baseline_min_steps
+    for rounds in t.baseline_rounds:
+        calls = steps // spe // (2 * rounds)
+        if calls >= t.min_window_calls:
+            break
+    if calls < t.min_window_calls:
+        need = 2 * rounds * t.min_window_calls * spe
+        return (
+            f"the first epoch has {epoch_steps} steps; the baseline needs "
+            f"{need}"
+        )
+    room = epoch_steps - 2 * rounds * calls * spe - spe
+    warmup = 0 if spans else min(t.baseline_warmup_steps, max(room, 0)) // spe
+    limit = budget_steps(budget, epoch_steps) or 0
+    if not spans:
+        limit = min(limit, epoch_steps - spe - warmup * spe)
+    return BaselinePlan(calls, rounds, spans, warmup, max(limit, 0) // spe)
 
 
 # Which candidates get no more windows.

@@ -217,9 +217,8 @@ def plan_baseline(
     model: Any, request: Request, original: ModelState
 ) -> TrialRunner | Measured:
     """A no-XLA baseline for a fit with XLA on: windows without XLA
-    interleaved with XLA's (`baseline_rounds`: three each, or two where
-    the budget allows no more), `policy.baseline_steps` of the first
-    epoch; the model keeps XLA after it."""
+    interleaved with XLA's, on the schedule `policy.baseline_plan` gives;
+    the model keeps XLA after it."""
     t = policy.TUNABLES
     spe, steps = request.steps_per_call, request.epoch_steps
     if not request.baseline:
@@ -240,46 +239,28 @@ def plan_baseline(
                 "step count in Keras (pass steps_per_epoch to fit)"
             )
         )
-    budget = policy.baseline_steps(steps, t)
-    # A first epoch too short for the fewest windows: they span epochs
-    # (as the trial does) where the run holds them.
-    run = steps * (request.epochs or 1)
-    spans = budget < t.baseline_min_steps <= run
-    if spans:
-        budget = t.baseline_min_steps
-    for rounds in t.baseline_rounds:
-        calls = budget // spe // (2 * rounds)
-        if calls >= t.min_window_calls:
-            break
-    if not request.probed or calls < t.min_window_calls:
-        need = 2 * rounds * t.min_window_calls * spe
-        why = (
+    plan = policy.baseline_plan(steps, request.epochs, spe, request.budget, t)
+    if not request.probed:
+        plan = (
             "the model's steps carry no probe (a plain model under a "
             "multi-replica strategy)"
-            if not request.probed
-            else f"the first epoch has {steps} steps; the baseline needs {need}"
         )
-        return Measured(BaselineSection(reason=why))
+    if isinstance(plan, str):
+        return Measured(BaselineSection(reason=plan))
     dtype = model.dtype_policy.name
     keep = Candidate(True, dtype)
     # No dropping: the baseline measures both sides, however clear.
     trial = Trial(
         [keep, Candidate(False, dtype)],
         keep,
-        calls,
+        plan.calls,
         spe,
-        rounds=rounds,
+        rounds=plan.rounds,
         drop=False,
         tunables=t,
     )
     runner = TrialRunner(trial, original, True, keep=keep)
-    runner.spans = spans
-    # More rounds while the speedup's range is not useful: within the
-    # tuner's trial_budget, and within the first epoch.
-    limit = policy.budget_steps(request.budget, steps) or 0
-    if not spans:
-        limit = min(limit, steps - spe)
-    runner.extend_to = max(limit, 0) // spe
+    runner.apply(plan)
     runner.switch(model, keep)
     logging.getLogger("tensorflow").addFilter(RETRACE_FILTER)
     return runner
@@ -317,8 +298,19 @@ class TrialRunner:
         # A baseline's windows may go on, a round at a time, up to this
         # many calls while the speedup's range is not useful (0: never).
         self.extend_to = 0
+        # Calls before the first window (a baseline's warm-up): trained
+        # with the first candidate, not measured.
+        self.warmup = 0
+        self._warming = False
         self.active: Candidate | None = None
         self._states: dict[Candidate, ModelState] = {}
+
+    def apply(self, plan: policy.BaselinePlan) -> None:
+        """A baseline's schedule beyond its windows: spanning epochs, the
+        warm-up, and how far extra rounds may go."""
+        self.spans = plan.spans
+        self.warmup = plan.warmup_calls
+        self.extend_to = plan.extend_to
 
     def pause(self, records: list, more_epochs: bool) -> bool:
         """Validation or an epoch's end: True if the trial ends here; a
@@ -348,6 +340,13 @@ class TrialRunner:
     def before_call(self, model: Any, records: Callable[[], list]) -> Next:
         """Before each trial call: at a window boundary, hands the train
         records so far (`records()`) to the trial."""
+        if self.warmup:
+            self.warmup -= 1
+            self._warming = True
+            return Next.CALL
+        if self._warming:  # the warm-up's calls are not a window's
+            self.trial.skip(records())
+            self._warming = False
         if self.memory is not None and self._signature is None:
             if self._recall(records()):
                 return Next.DONE

@@ -108,6 +108,10 @@ class Trial:
         self._window = self.plan[self.position]
         self.position += 1
 
+    def skip(self, records: list) -> None:
+        """The calls in `records` so far are no window's (a warm-up)."""
+        self._consumed = len(records)
+
     def close_window(self, records: list) -> None:
         """Takes the records the last window added to `records` (the
         epoch's train records so far)."""

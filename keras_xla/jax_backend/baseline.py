@@ -69,12 +69,8 @@ def plan(
     """The baseline's runner for a fit whose first epoch has
     `epoch_steps` steps, or the section saying why there is none.
 
-    As `auto.runner.plan_baseline`: `policy.baseline_steps` of the first
-    epoch in `baseline_rounds` rounds of windows of at least
-    `min_window_calls` calls, spanning epochs where the first is too
-    short and the run holds them; one more round at a time while the
-    speedup's range is not useful, within `trial_budget` (`budget`) and
-    the first epoch.
+    The schedule is `auto.runner.plan_baseline`'s
+    (`policy.baseline_plan`).
     """
     t = t or policy.TUNABLES
     if not enabled:
@@ -85,35 +81,20 @@ def plan(
     if not epoch_steps:
         why = "the first epoch's length is unknown (pass steps_per_epoch)"
         return BaselineSection(reason=why)
-    steps = policy.baseline_steps(epoch_steps, t)
-    spans = steps < t.baseline_min_steps <= epoch_steps * (epochs or 1)
-    if spans:
-        steps = t.baseline_min_steps
-    for rounds in t.baseline_rounds:
-        calls = steps // spe // (2 * rounds)
-        if calls >= t.min_window_calls:
-            break
-    if calls < t.min_window_calls:
-        need = 2 * rounds * t.min_window_calls * spe
-        return BaselineSection(
-            reason=f"the first epoch has {epoch_steps} steps; the baseline "
-            f"needs {need}"
-        )
+    schedule = policy.baseline_plan(epoch_steps, epochs, spe, budget, t)
+    if isinstance(schedule, str):
+        return BaselineSection(reason=schedule)
     keep = Candidate(True, policy_name)
     # No dropping: the baseline measures both sides, however clear.
     trial = Trial(
         [keep, Candidate(False, policy_name)],
         keep,
-        calls,
+        schedule.calls,
         spe,
-        rounds=rounds,
+        rounds=schedule.rounds,
         drop=False,
         tunables=t,
     )
     runner = BaselineRunner(trial, keep)
-    runner.spans = spans
-    limit = policy.budget_steps(budget, epoch_steps) or 0
-    if not spans:
-        limit = min(limit, epoch_steps - spe)
-    runner.extend_to = max(limit, 0) // spe
+    runner.apply(schedule)
     return runner
