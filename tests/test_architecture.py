@@ -16,6 +16,7 @@ from keras_xla.core.report import Decision
 
 CORE = (
     "accounting",
+    "batch_paths",
     "compare",
     "files",
     "findings",

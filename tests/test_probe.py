@@ -1,7 +1,8 @@
 import numpy as np
 import tensorflow as tf
 
-from keras_xla.tf_backend.probe import ShapeProbe, flatten_with_paths
+from keras_xla.core.batch_paths import flatten_with_paths
+from keras_xla.tf_backend.probe import ShapeProbe
 
 
 def test_paths_follow_keras_batch_structure():

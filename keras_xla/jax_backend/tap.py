@@ -20,38 +20,11 @@ from typing import Any
 
 import numpy as np
 
+from keras_xla.core.batch_paths import flatten_with_paths
 from keras_xla.core.signatures import Signature, TensorSignature
 from keras_xla.jax_backend.compile_events import CompileEvents
 
-_TOP_LEVEL_NAMES = ("x", "y", "sample_weight")
 FUNCTIONS = ("train", "test")
-
-
-def flatten_with_paths(data: Any) -> list[tuple[str, Any]]:
-    """A batch as `(path, array)` pairs with readable paths: a Keras batch
-    `(x, y, sample_weight)` gives `x`, `y`, `sample_weight`; nested
-    structures add `/key` or `/index` (`x/tokens`, `x/0`)."""
-    if isinstance(data, tuple) and 1 <= len(data) <= 3:
-        top = list(zip(_TOP_LEVEL_NAMES, data))
-    else:
-        top = [("x", data)]
-    out: list[tuple[str, Any]] = []
-    for name, value in top:
-        _walk(name, value, out)
-    return out
-
-
-def _walk(path: str, value: Any, out: list) -> None:
-    if value is None:
-        return
-    if isinstance(value, dict):
-        for key in sorted(value, key=str):
-            _walk(f"{path}/{key}", value[key], out)
-    elif isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            _walk(f"{path}/{i}", item, out)
-    elif hasattr(value, "shape") and hasattr(value, "dtype"):
-        out.append((path, value))
 
 
 @functools.lru_cache(maxsize=64)

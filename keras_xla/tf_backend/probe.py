@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from keras_xla.core.batch_paths import flatten_with_paths
 from keras_xla.core.signatures import Signature, TensorSignature
 from keras_xla.tf_backend.hlo import PROBE_SCOPE
 
@@ -36,36 +37,6 @@ FOLDED = "(folded dimensions)"
 # step waits for the runtime and costs ~0.1 ms a step; a read per run
 # costs nothing measurable.
 RING_CALLS = 64
-_TOP_LEVEL_NAMES = ("x", "y", "sample_weight")
-
-
-def flatten_with_paths(data: Any) -> list[tuple[str, Any]]:
-    """Flattens a batch into `(path, tensor)` pairs with readable paths.
-
-    A Keras batch `(x, y, sample_weight)` gives `x`, `y`, `sample_weight`;
-    nested structures add `/key` or `/index` (`x/tokens`, `x/0`).
-    """
-    if isinstance(data, tuple) and 1 <= len(data) <= 3:
-        top = list(zip(_TOP_LEVEL_NAMES, data))
-    else:
-        top = [("x", data)]
-    out: list[tuple[str, Any]] = []
-    for name, value in top:
-        _walk(name, value, out)
-    return out
-
-
-def _walk(path: str, value: Any, out: list) -> None:
-    if value is None:
-        return
-    if isinstance(value, dict):
-        for key in sorted(value, key=str):
-            _walk(f"{path}/{key}", value[key], out)
-    elif isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            _walk(f"{path}/{i}", item, out)
-    elif hasattr(value, "shape") and hasattr(value, "dtype"):
-        out.append((path, value))
 
 
 class _Trace:
