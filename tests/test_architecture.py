@@ -17,6 +17,7 @@ from keras_xla.core.report import Decision
 CORE = (
     "accounting",
     "batch_paths",
+    "cache_directory",
     "compare",
     "files",
     "findings",

@@ -7,7 +7,7 @@ time_secs`, `jax_persistent_cache_min_entry_size_bytes`), so every step
 compilation is kept and a second process loads it (JAX reports a hit; the
 tuner does not count it as a compilation). JAX itself reads and writes
 the directory and runs what an entry holds, so, as on TensorFlow
-(`tf_backend.cache_entries.untrusted`), a directory another user owns or
+(`core.cache_directory.untrusted`), a directory another user owns or
 can write, or that holds such an entry or a link, is not used unless the
 user trusts it (`trust_shared=True`).
 """
@@ -15,10 +15,14 @@ user trusts it (`trust_shared=True`).
 from __future__ import annotations
 
 import os
-import stat
 
-from keras_xla.tf_backend.cache_entries import untrusted
-from keras_xla.tf_backend.compile_cache import CacheStatus
+from keras_xla.core.cache_directory import (
+    CacheStatus,
+    open_directory,
+    refused,
+    untrusted,
+    untrusted_entry,
+)
 
 
 def cache_entries(directory: str) -> dict[str, float]:
@@ -36,21 +40,6 @@ def cache_entries(directory: str) -> dict[str, float]:
     return out
 
 
-def _untrusted_entry(directory: str) -> str | None:
-    """Why one of the directory's files may be another user's, or None."""
-    for name in sorted(os.listdir(directory)):
-        path = os.path.join(directory, name)
-        try:
-            if stat.S_ISLNK(os.lstat(path).st_mode):
-                return f"its entry {name} is a link"
-        except OSError:
-            continue
-        why = untrusted(path)
-        if why is not None:
-            return f"its entry {name}: {why}"
-    return None
-
-
 def enable_compile_cache(
     directory: str, trust_shared: bool = False
 ) -> CacheStatus:
@@ -65,44 +54,17 @@ def enable_compile_cache(
         A `CacheStatus`; `active=False` says why the cache is not used.
         Raises `ValueError` if `directory` is not a path or is a file.
     """
-    if not isinstance(directory, (str, os.PathLike)) or not str(directory):
-        raise ValueError(
-            f"Unsupported value `compile_cache={directory!r}`: pass a "
-            "directory path."
-        )
-    directory = os.path.abspath(os.fspath(directory))
-    if os.path.exists(directory) and not os.path.isdir(directory):
-        raise ValueError(
-            f"Unsupported value `compile_cache={directory!r}`: that is a "
-            "file, not a directory. Pass a directory path (created if "
-            "missing)."
-        )
-    try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-    except OSError as error:
-        return CacheStatus(
-            directory,
-            False,
-            0,
-            f"The compile cache directory {directory} cannot be created "
-            f"({type(error).__name__}: {error}); training runs without it.",
-        )
+    directory, failed = open_directory(directory)
+    if failed is not None:
+        return failed
     why = None
     if not trust_shared:
         if os.path.islink(directory):
             why = "it is a link"
-        why = why or untrusted(directory, True) or _untrusted_entry(directory)
+        why = why or untrusted(directory, True) or untrusted_entry(directory)
     existing = len(cache_entries(directory))
     if why is not None:
-        return CacheStatus(
-            directory,
-            False,
-            existing,
-            f"The compile cache directory {directory} is not used: {why}. "
-            "JAX runs what a cache entry holds, so an entry another user "
-            "wrote there would run in place of your step.",
-            untrusted=True,
-        )
+        return refused(directory, why, "JAX", existing)
     import jax
 
     jax.config.update("jax_compilation_cache_dir", directory)

@@ -15,8 +15,8 @@ import weakref
 from typing import Any
 
 from keras_xla.auto.runner import Next
+from keras_xla.core import cache_directory, lints, render
 from keras_xla.core import findings as codes
-from keras_xla.core import lints, render
 from keras_xla.core import report as report_lib
 from keras_xla.core import verdict as verdict_lib
 from keras_xla.core.accounting import Accountant
@@ -37,6 +37,7 @@ logger = logging.getLogger(__name__)
 # second fit with the same setting compiles nothing again (a rebuilt
 # `jax.jit` compiles every shape afresh).
 _BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+INACTIVE_FIX = "Pass compile_cache a directory you can create."
 
 
 class JaxFitRun:
@@ -158,32 +159,10 @@ class JaxFitRun:
         model.train_function, model.test_function = built[key]
 
     def _start_cache(self, status) -> None:
-        self.report.compile_cache = report_lib.CompileCacheSection(
-            directory=status.directory,
-            active=status.active,
-            entries_at_start=status.entries,
-        )
-        if status.untrusted:
-            self.book.add(
-                codes.COMPILE_CACHE_UNTRUSTED,
-                status.message,
-                f"Use a directory only you can write (chmod go-w "
-                f"{status.directory}), or pass "
-                "XLATuner(trust_shared_cache=True) if you trust everyone "
-                "who can write it.",
-            )
-        elif not status.active:
-            self.book.add(
-                codes.COMPILE_CACHE_INACTIVE,
-                status.message,
-                "Pass compile_cache a directory you can create.",
-            )
-        elif not status.persist:
-            self.book.add(
-                codes.COMPILE_CACHE_READ_ONLY,
-                status.message,
-                f"Make {status.directory} writable to save new entries.",
-            )
+        self.report.compile_cache = cache_directory.start_section(status)
+        found = cache_directory.status_findings(status, INACTIVE_FIX)
+        for code, message, fix in found:
+            self.book.add(code, message, fix)
 
     def end(self) -> str | None:
         """Ends the fit; returns the summary text (None if inactive)."""

@@ -5,11 +5,12 @@ its file name, and trusts it: an entry planted under the key of the
 user's step runs in place of the user's program. So an entry is used only
 if this user could have written it alone: a regular file (not a link),
 owned by this user, writable by no one else, in a directory with the same
-properties (`untrusted()`), unless the user said they trust a shared
-directory. TensorFlow also fails the step that loads a damaged entry
-(random bytes: `DataLossError`; empty: `InvalidArgumentError`; truncated:
-Keras's `fit` returns having trained no step), so entries are read before
-TensorFlow can, and one that does not parse is renamed `<name>.corrupt`.
+properties (`core.cache_directory.untrusted`), unless the user said they
+trust a shared directory. TensorFlow also fails the step that loads a
+damaged entry (random bytes: `DataLossError`; empty:
+`InvalidArgumentError`; truncated: Keras's `fit` returns having trained no
+step), so entries are read before TensorFlow can, and one that does not
+parse is renamed `<name>.corrupt`.
 
 A cache directory serves the process through the in-memory compile
 ledger: its entries are copied in (hits) and the entries this process
@@ -26,6 +27,7 @@ import shutil
 import stat
 import tempfile
 
+from keras_xla.core.cache_directory import untrusted
 from keras_xla.tf_backend import cache_entry, compile_ledger
 
 CORRUPT_SUFFIX = ".corrupt"
@@ -36,21 +38,6 @@ _CHECKED: dict[str, tuple[int, float]] = {}
 # Entry names copied into the ledger from a cache directory: never copied
 # out again (to that directory or another).
 _IMPORTED: set[str] = set()
-
-
-def untrusted(path: str, directory: bool = False) -> str | None:
-    """Why `path` may hold what another user wrote, or None: not owned by
-    this user, or writable by group or others. A directory's link is
-    followed (the user named it); a file's is not."""
-    try:
-        info = os.stat(path) if directory else os.lstat(path)
-    except OSError as error:
-        return f"it cannot be read ({error.strerror})"
-    if info.st_uid != os.getuid():
-        return f"it is owned by another user (uid {info.st_uid})"
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"other users can write it (mode {stat.S_IMODE(info.st_mode):o})"
-    return None
 
 
 def _regular(path: str) -> bool:

@@ -21,7 +21,7 @@ at `import keras_xla`): its entries are copied in (hits), and the entries
 this process compiled are copied back out at every epoch end and at exit.
 TensorFlow itself never writes to the directory, so a full disk costs the
 cache, never a step. Only a directory this user alone can write is used,
-entry by entry the same (`cache_entries.untrusted`): TensorFlow runs what
+entry by entry the same (`core.cache_directory.untrusted`): TensorFlow runs what
 an entry holds, so an entry planted by someone else would run in place of
 the user's step. `trust_shared=True` uses a shared directory the user
 trusts. Corrupt entries are set aside (`cache_entries`) before TensorFlow
@@ -33,50 +33,17 @@ writes there, and fails a step it cannot write.
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import os
 import shutil
 
-from keras_xla.core.report import CompileCacheSection
+from keras_xla.core import cache_directory
+from keras_xla.core.cache_directory import CacheStatus
+from keras_xla.core.cache_directory import start_section as start_section
 from keras_xla.tf_backend import cache_entries as entries_lib
 from keras_xla.tf_backend import cache_entry, compile_ledger
 
 CACHE_FLAG = compile_ledger.CACHE_FLAG
 ENTRY_PATTERN = compile_ledger.ENTRY_PATTERN
-
-
-@dataclasses.dataclass(frozen=True)
-class CacheStatus:
-    """Whether the persistent cache is in force for this process.
-
-    Attributes:
-        directory: The cache directory.
-        active: Whether a compilation now writes entries there.
-        entries: Entries found when the cache was enabled.
-        message: One sentence saying what was found and what to do.
-        live: Where TensorFlow writes its entries, when that is not
-            `directory` (the cache is mirrored through the ledger's).
-        persist: Whether new entries are saved to `directory`.
-        set_aside: Corrupt entries renamed `<name>.corrupt`.
-        left_out: `(name, why)` of entries not loaded: written by someone
-            else, links, or damaged.
-        untrusted: Whether the directory was not used because another
-            user owns it or can write it.
-    """
-
-    directory: str
-    active: bool
-    entries: int
-    message: str
-    live: str = ""
-    persist: bool = True
-    set_aside: tuple[str, ...] = ()
-    left_out: tuple[tuple[str, str], ...] = ()
-    untrusted: bool = False
-
-    @property
-    def live_directory(self) -> str:
-        return self.live or self.directory
 
 
 def cache_entries(directory: str) -> dict[str, float]:
@@ -127,39 +94,12 @@ def enable_compile_cache(
         off). Raises `ValueError` if `directory` is not a path or is a
         file.
     """
-    if not isinstance(directory, (str, os.PathLike)) or not str(directory):
-        raise ValueError(
-            f"Unsupported value `compile_cache={directory!r}`: pass a "
-            "directory path."
-        )
-    directory = os.path.abspath(os.fspath(directory))
-    if os.path.exists(directory) and not os.path.isdir(directory):
-        raise ValueError(
-            f"Unsupported value `compile_cache={directory!r}`: that is a "
-            "file, not a directory. Pass a directory path (created if "
-            "missing)."
-        )
-    try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-    except OSError as error:
-        return CacheStatus(
-            directory,
-            False,
-            0,
-            f"The compile cache directory {directory} cannot be created "
-            f"({type(error).__name__}: {error}); training runs without it.",
-        )
-    why = None if trust_shared else entries_lib.untrusted(directory, True)
+    directory, failed = cache_directory.open_directory(directory)
+    if failed is not None:
+        return failed
+    why = None if trust_shared else cache_directory.untrusted(directory, True)
     if why is not None:
-        return CacheStatus(
-            directory,
-            False,
-            0,
-            f"The compile cache directory {directory} is not used: {why}. "
-            "TensorFlow runs what a cache entry holds, so an entry another "
-            "user wrote there would run in place of your step.",
-            untrusted=True,
-        )
+        return cache_directory.refused(directory, why, "TensorFlow")
     can_write = entries_lib.writable(directory)
     aside = tuple(entries_lib.set_aside(directory)) if can_write else ()
     existing = len(cache_entries(directory))
@@ -308,15 +248,6 @@ def _canary_writes_entry(directory: str) -> bool:
     return bool(new)
 
 
-def start_section(status: CacheStatus) -> CompileCacheSection:
-    """The report's `compile_cache` section at the start of a fit."""
-    return CompileCacheSection(
-        directory=status.directory,
-        active=status.active,
-        entries_at_start=status.entries,
-    )
-
-
 INACTIVE_FIX = (
     "Create the XLATuner (or call keras_xla.enable_compile_cache) before "
     "the first fit."
@@ -334,29 +265,7 @@ def setup_findings(status: CacheStatus | None) -> list[tuple]:
     out, aside = [], []
     if status is not None:
         aside = [(status.directory, n) for n in status.set_aside]
-        if status.untrusted:
-            out.append(
-                (
-                    findings.COMPILE_CACHE_UNTRUSTED,
-                    status.message,
-                    f"Use a directory only you can write (chmod go-w "
-                    f"{status.directory}), or pass "
-                    "XLATuner(trust_shared_cache=True) if you trust everyone "
-                    "who can write it.",
-                )
-            )
-        elif not status.active:
-            out.append(
-                (findings.COMPILE_CACHE_INACTIVE, status.message, INACTIVE_FIX)
-            )
-        elif not status.persist:
-            out.append(
-                (
-                    findings.COMPILE_CACHE_READ_ONLY,
-                    status.message,
-                    f"Make {status.directory} writable to save new entries.",
-                )
-            )
+        out += cache_directory.status_findings(status, INACTIVE_FIX)
     if status is not None and status.left_out:
         names = "; ".join(f"{n}: {why}" for n, why in status.left_out)
         out.append(
