@@ -21,7 +21,7 @@ from keras_xla.auto import runner as auto_runner
 from keras_xla.auto.model_state import ModelState
 from keras_xla.auto.policy import AUTO
 from keras_xla.core import findings as codes
-from keras_xla.core import render
+from keras_xla.core import render, summaries
 from keras_xla.core import report as report_lib
 from keras_xla.core import verdict as verdict_lib
 from keras_xla.core.accounting import Accountant
@@ -34,7 +34,6 @@ from keras_xla.tf_backend import (
     autoclustering,
     cache_savings,
     compile_ledger,
-    summaries,
 )
 from keras_xla.tf_backend import compile_cache as cache_lib
 from keras_xla.tf_backend import jit as jit_lib

@@ -26,6 +26,7 @@ CORE = (
     "report",
     "sections",
     "signatures",
+    "summaries",
     "timing",
     "verdict",
 )

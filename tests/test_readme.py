@@ -9,9 +9,9 @@ import pathlib
 import re
 
 import keras_xla
+from keras_xla.core import summaries
 from keras_xla.core.findings import CODES
-from keras_xla.tf_backend import summaries
-from keras_xla.tf_backend.summaries import (
+from keras_xla.core.summaries import (
     CACHE_TAGS,
     DECISION_TAG,
     FINDINGS_TAG,

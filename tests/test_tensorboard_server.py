@@ -29,7 +29,7 @@ import pytest
 from conftest import conv_model, regression_data
 
 from keras_xla import XLATuner
-from keras_xla.tf_backend.summaries import (
+from keras_xla.core.summaries import (
     FINDINGS_TAG,
     SCALAR_TAGS,
     STEP_TIME_TAG,

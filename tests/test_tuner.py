@@ -11,7 +11,7 @@ import tensorflow as tf
 from conftest import conv_model, regression_data
 
 from keras_xla import XLARecompilationWarning, XLATuner
-from keras_xla.tf_backend.summaries import (
+from keras_xla.core.summaries import (
     FINDINGS_TAG,
     HLO_TAGS,
     REPORT_TAG,

@@ -15,7 +15,7 @@ import weakref
 from typing import Any
 
 from keras_xla.auto.runner import Next
-from keras_xla.core import cache_directory, lints, render
+from keras_xla.core import cache_directory, lints, render, summaries
 from keras_xla.core import findings as codes
 from keras_xla.core import report as report_lib
 from keras_xla.core import verdict as verdict_lib
@@ -29,7 +29,6 @@ from keras_xla.jax_backend.compile_events import CompileEvents
 from keras_xla.jax_backend.step_log import JaxStepLog, tracker_of
 from keras_xla.jax_backend.summaries import JaxSummaryWriter
 from keras_xla.jax_backend.tap import StepTap, untapped
-from keras_xla.tf_backend import summaries
 
 logger = logging.getLogger(__name__)
 

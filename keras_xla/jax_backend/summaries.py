@@ -4,21 +4,20 @@ The same events as `tf_backend.summaries.SummaryWriter` (the same tags,
 the report's JSON tensor for the "XLA" tab under the dashboard plugin's
 metadata), written with TensorBoard's own event file writer, so the run
 directory reads the same to TensorBoard and to `keras_xla.dashboard`.
-`tf_backend.summaries.write_epoch` drives either writer.
+`core.summaries.write_epoch` drives either writer.
 """
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
 
+from keras_xla.core.summaries import STEP_TIME_TAG, EventWriter
 from keras_xla.dashboard import metadata
-from keras_xla.tf_backend.summaries import STEP_TIME_TAG, TRAIN_RUN
 
 
-class JaxSummaryWriter:
+class JaxSummaryWriter(EventWriter):
     """Lazily created event writer for the tuner's summaries.
 
     Args:
@@ -26,23 +25,12 @@ class JaxSummaryWriter:
             run, as `keras.callbacks.TensorBoard`'s training scalars do.
     """
 
-    def __init__(self, log_dir: str) -> None:
-        self.log_dir = log_dir
-        self._writer = None
-        self._last_text: dict[str, str] = {}
+    def _open(self):
+        from tensorboard.summary.writer.event_file_writer import (
+            EventFileWriter,
+        )
 
-    @property
-    def run_dir(self) -> str:
-        return os.path.join(self.log_dir, TRAIN_RUN)
-
-    def _get(self):
-        if self._writer is None:
-            from tensorboard.summary.writer.event_file_writer import (
-                EventFileWriter,
-            )
-
-            self._writer = EventFileWriter(self.run_dir)
-        return self._writer
+        return EventFileWriter(self.run_dir)
 
     def _write(self, step: int, values: list) -> None:
         from tensorboard.compat.proto import event_pb2, summary_pb2
@@ -85,12 +73,6 @@ class JaxSummaryWriter:
         if values:
             self._write(step, values)
 
-    def write_text_if_changed(self, step: int, tag: str, text: str) -> None:
-        """`write_text`, unless `tag` already shows this text."""
-        if self._last_text.get(tag) != text:
-            self._last_text[tag] = text
-            self.write_text(step, tag, text)
-
     def write_step_times(self, points: list[tuple[int, float]]) -> None:
         """`STEP_TIME_TAG` at each `(global step, ms)`, in one go."""
         meta = self._scalar_metadata()
@@ -117,12 +99,3 @@ class JaxSummaryWriter:
         )
         array = np.array(text.encode("utf-8"), dtype=object)
         self._write(step, [self._value(tag, array, meta)])
-
-    def flush(self) -> None:
-        if self._writer is not None:
-            self._writer.flush()
-
-    def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None

@@ -1,0 +1,164 @@
+"""What the tuner writes to TensorBoard: per-epoch `xla/` scalars and text
+summaries, and the report's JSON for the "XLA" tab (`keras_xla.dashboard`).
+
+Events go to `<log_dir>/train`, the run directory that
+`keras.callbacks.TensorBoard` uses for training scalars, with the epoch as
+the step, so both callbacks show side by side when given one `log_dir`.
+The tags and what an epoch writes (`write_epoch`) are the same on every
+backend; only the event writer is the backend's own (an `EventWriter`:
+`tf_backend.summaries.SummaryWriter` through `tf.summary`,
+`jax_backend.summaries.JaxSummaryWriter` through TensorBoard's event file
+writer, without TensorFlow).
+
+Pure logic: nothing here imports TensorFlow, Keras or JAX.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from keras_xla.core import render
+from keras_xla.dashboard import metadata
+
+# Scalar tags, one point per epoch.
+SCALAR_TAGS = (
+    "xla/compilations",
+    "xla/compile_seconds",
+    "xla/recompilations",
+    "xla/step_time_ms_median",
+    "xla/step_time_ms_p90",
+    "xla/examples_per_second",
+    "xla/jit_compile",
+)
+HLO_TAGS = ("xla/fusion_ratio", "xla/kernels_per_step", "xla/achieved_tflops")
+CACHE_TAGS = ("xla/compile_cache_hits", "xla/compile_cache_misses")
+FINDINGS_TAG = "xla/findings"
+DECISION_TAG = "xla/decision"
+VERDICT_TAG = "xla/verdict"
+# One point per train call, step = global train step: a recompilation
+# shows as a spike.
+STEP_TIME_TAG = metadata.STEP_TIME_TAG
+# The report's JSON, one string tensor per epoch, for the "XLA" tab.
+REPORT_TAG = metadata.REPORT_TAG
+TRAIN_RUN = "train"
+
+
+def epoch_scalars(stats, hlo: dict | None = None) -> dict[str, float]:
+    """The scalars of one epoch (an `EpochStats`): the `SCALAR_TAGS`, plus
+    the `HLO_TAGS` once the HLO was analyzed (`hlo`, the report's section)
+    and the `CACHE_TAGS` when the compile cache is on."""
+    median_ms = stats.step_time_ms["median"]
+    scalars = {
+        "xla/compilations": stats.compilations,
+        "xla/compile_seconds": stats.compile_seconds,
+        "xla/recompilations": stats.recompilations,
+        "xla/step_time_ms_median": median_ms,
+        "xla/step_time_ms_p90": stats.step_time_ms["p90"],
+        "xla/examples_per_second": stats.examples_per_second or 0.0,
+        "xla/jit_compile": 1.0 if stats.jit_compile else 0.0,
+    }
+    if hlo:
+        scalars["xla/fusion_ratio"] = hlo["fusion_ratio"]
+        scalars["xla/kernels_per_step"] = hlo["kernels_per_step"]
+        scalars["xla/achieved_tflops"] = (
+            hlo["flops_per_step"] / (median_ms / 1000.0) / 1e12
+            if median_ms
+            else None
+        )
+    if stats.compile_cache_hits is not None:
+        scalars["xla/compile_cache_hits"] = stats.compile_cache_hits
+        scalars["xla/compile_cache_misses"] = stats.compile_cache_misses
+    return scalars
+
+
+class EventWriter:
+    """A lazily created event writer for the tuner's summaries; a backend
+    supplies `_open` and the four `write_*` methods.
+
+    Args:
+        log_dir: The TensorBoard log directory (the one passed to
+            `keras.callbacks.TensorBoard`); events go to its `train` run.
+    """
+
+    def __init__(self, log_dir: str) -> None:
+        self.log_dir = log_dir
+        self._writer = None
+        self._last_text: dict[str, str] = {}
+
+    @property
+    def run_dir(self) -> str:
+        return os.path.join(self.log_dir, TRAIN_RUN)
+
+    def _open(self) -> Any:
+        """The backend's writer for `run_dir` (with `flush` and `close`)."""
+        raise NotImplementedError
+
+    def _get(self) -> Any:
+        if self._writer is None:
+            self._writer = self._open()
+        return self._writer
+
+    def write_scalars(self, step: int, scalars: dict[str, float]) -> None:
+        """Writes each `tag: value` at `step`; `None` values are skipped."""
+        raise NotImplementedError
+
+    def write_step_times(self, points: list[tuple[int, float]]) -> None:
+        """`STEP_TIME_TAG` at each `(global step, ms)`, in one go."""
+        raise NotImplementedError
+
+    def write_report(self, step: int, report_json: str) -> None:
+        """The report's JSON at `step` (the epoch), under `REPORT_TAG`
+        with the dashboard plugin's name, so the "XLA" tab reads it."""
+        raise NotImplementedError
+
+    def write_text(self, step: int, tag: str, text: str) -> None:
+        """`text` (Markdown) under `tag` at `step`."""
+        raise NotImplementedError
+
+    def write_text_if_changed(self, step: int, tag: str, text: str) -> None:
+        """`write_text`, unless `tag` already shows this text."""
+        if self._last_text.get(tag) != text:
+            self._last_text[tag] = text
+            self.write_text(step, tag, text)
+
+    def flush(self) -> None:
+        if self._writer is not None:
+            self._writer.flush()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+def write_epoch(
+    writer: EventWriter,
+    stats,
+    report,
+    decided: bool,
+    records=(),
+    first_step: int = 0,
+) -> None:
+    """One epoch: its scalars, each train call's step time (`records`, at
+    global step `first_step + record.first_step`), the findings table and
+    the verdict when they changed, and, when the trial just `decided`,
+    its decision; then the report's JSON for the "XLA" tab; then
+    flushes."""
+    writer.write_scalars(stats.epoch, epoch_scalars(stats, report.hlo))
+    writer.write_step_times(
+        [
+            (first_step + r.first_step, r.seconds_per_step * 1000.0)
+            for r in records
+        ]
+    )
+    text = render.findings_markdown(report.findings)
+    writer.write_text_if_changed(stats.epoch, FINDINGS_TAG, text)
+    if report.verdict is not None:
+        text = render.verdict_markdown(report.verdict, report.baseline)
+        writer.write_text_if_changed(stats.epoch, VERDICT_TAG, text)
+    if decided:
+        text = render.decision_markdown(report.decision)
+        writer.write_text(stats.epoch, DECISION_TAG, text)
+    writer.write_report(stats.epoch, report.to_json())
+    writer.flush()
