@@ -19,6 +19,7 @@ CORE = (
     "batch_paths",
     "cache_directory",
     "compare",
+    "diagnosis_text",
     "files",
     "findings",
     "lints",

@@ -10,6 +10,7 @@ import sys
 import time
 from typing import Any
 
+from keras_xla.core import diagnosis_text
 from keras_xla.jax_backend import compile_cache
 from keras_xla.jax_backend.compile_events import CompileEvents
 
@@ -86,24 +87,11 @@ def collect_diagnosis() -> dict[str, Any]:
     return diagnosis
 
 
-def _text(value: Any) -> str:
-    if isinstance(value, dict):
-        return ", ".join(f"{k}: {_text(v)}" for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return " ".join(map(str, value)) or "-"
-    return "(unset)" if value is None else str(value) or '""'
-
-
 def render_diagnosis(diagnosis: dict[str, Any]) -> str:
     """The doctor's dict as aligned `name  value` lines, then problems."""
-    width = max(len(label) for label in DOCTOR_LABELS.values())
     lines = ["keras-xla doctor (JAX)"]
-    for key, label in DOCTOR_LABELS.items():
-        lines.append(f"  {label.ljust(width)}  {_text(diagnosis.get(key))}")
+    lines += diagnosis_text.label_rows(DOCTOR_LABELS, diagnosis)
     lines += [f"  Note: {note}" for note in diagnosis["notes"]]
     lines += [f"  Problem: {p}" for p in diagnosis["problems"]]
-    count = len(diagnosis["problems"])
-    lines.append(
-        f"Status: {count} problem(s) found" if count else "Status: healthy"
-    )
+    lines.append(diagnosis_text.status_line(len(diagnosis["problems"])))
     return "\n".join(lines)

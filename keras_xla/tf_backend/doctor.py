@@ -14,6 +14,7 @@ import sys
 import time
 from typing import Any
 
+from keras_xla.core import diagnosis_text
 from keras_xla.tf_backend import compile_ledger, flag_guard, hardware
 from keras_xla.tf_backend import flags as flags_lib
 from keras_xla.tf_backend import flops as flops_lib
@@ -189,22 +190,10 @@ def collect_diagnosis() -> dict[str, Any]:
     return diagnosis
 
 
-def _text(value: Any) -> str:
-    if isinstance(value, dict):
-        return ", ".join(f"{k}: {_text(v)}" for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return " ".join(map(str, value)) or "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    return "(unset)" if value is None else str(value) or '""'
-
-
 def render_diagnosis(diagnosis: dict[str, Any]) -> str:
     """The doctor's dict as aligned `name  value` lines, then problems."""
-    width = max(len(label) for label in DOCTOR_LABELS.values())
     lines = ["keras-xla doctor"]
-    for key, label in DOCTOR_LABELS.items():
-        lines.append(f"  {label.ljust(width)}  {_text(diagnosis[key])}")
+    lines += diagnosis_text.label_rows(DOCTOR_LABELS, diagnosis)
     for problem in diagnosis["flag_problems"]:
         lines.append(f"  Flag problem [{problem['code']}] {problem['flag']}")
         lines.append(f"    {problem['message']}")
@@ -214,8 +203,5 @@ def render_diagnosis(diagnosis: dict[str, Any]) -> str:
         unset = " and ".join(diagnosis["unset_for_checks"])
         lines.append(f"  (devices were listed with {unset} unset)")
     lines += [f"  Note: {note}" for note in diagnosis["notes"]]
-    count = len(diagnosis["problems"])
-    lines.append(
-        f"Status: {count} problem(s) found" if count else "Status: healthy"
-    )
+    lines.append(diagnosis_text.status_line(len(diagnosis["problems"])))
     return "\n".join(lines)
