@@ -72,6 +72,13 @@ def epoch_scalars(stats, hlo: dict | None = None) -> dict[str, float]:
     return scalars
 
 
+def epoch_figures(stats, hlo: dict | None = None) -> dict[str, float]:
+    """The epoch's `xla/*` figures for Keras's `logs`: `epoch_scalars`
+    that have a value."""
+    figures = epoch_scalars(stats, hlo)
+    return {tag: value for tag, value in figures.items() if value is not None}
+
+
 class EventWriter:
     """A lazily created event writer for the tuner's summaries; a backend
     supplies `_open` and the four `write_*` methods.

@@ -347,8 +347,7 @@ class JaxFitRun:
         for stage in stages:
             self.outputs.safely(stage.__name__, stage, stats, records)
         self.outputs.write(stats, records)
-        figures = summaries.epoch_scalars(stats, self.report.hlo)
-        return {k: v for k, v in figures.items() if v is not None}
+        return summaries.epoch_figures(stats, self.report.hlo)
 
     def _label_cache(self, stats, records) -> None:
         section = self.report.compile_cache
