@@ -420,15 +420,15 @@ class TrialRunner:
             return self._finish_recalled(model)
         winner, decision = self.trial.decide()
         if winner is None:
-            return _fall_back(
+            return self.settle(
                 model,
-                self.original,
-                self.xla_possible,
+                None,
                 decision,
-                f"it ended with {decision.reason}",
-                "Raise `trial_budget`, or give the first epoch more steps.",
+                (
+                    f"it ended with {decision.reason}",
+                    "Raise `trial_budget`, or give the first epoch more steps.",
+                ),
             )
-        self.switch(model, winner)
         # A winner of a run too short to try XLA holds for runs up to
         # this one's length only: a longer run must try XLA again.
         short = any(
@@ -441,6 +441,24 @@ class TrialRunner:
                 decision.reason,
                 up_to_steps=self.trial.run_steps if short else None,
             )
+        return self.settle(model, winner, decision)
+
+    def settle(
+        self,
+        model: Any,
+        winner: Candidate | None,
+        decision: Decision,
+        skipped: tuple[str, str] | None = None,
+    ) -> Decided:
+        """The trial's result, with the model in `winner`'s configuration;
+        with no winner, the model as it was compiled and `skipped`'s
+        `(problem, fix)` in the result. A backend whose candidates are
+        not model settings (on JAX, train functions) overrides it."""
+        if winner is None:
+            return _fall_back(
+                model, self.original, self.xla_possible, decision, *skipped
+            )
+        self.switch(model, winner)
         return Decided(decision, kept=self._states[winner])
 
     def _finish_recalled(self, model: Any) -> Decided:
@@ -450,7 +468,6 @@ class TrialRunner:
         winner = next(
             c for c in self.trial.candidates if c.name == entry["winner"]
         )
-        self.switch(model, winner)
         decision = Decision(
             Status.REMEMBERED,
             winner.name,
@@ -461,7 +478,7 @@ class TrialRunner:
             default=self.trial.default.name,
             trial_steps=self.trial.position * self.trial.steps_per_call,
         )
-        return Decided(decision, kept=self._states[winner])
+        return self.settle(model, winner, decision)
 
     def _finish_baseline(self, model: Any) -> Measured:
         self.switch(model, self.keep)
