@@ -304,7 +304,7 @@ def data_parallel(log_dir):
 
 
 def settings(log_dir):
-    """jit_compile="auto" (the trial is TensorFlow's for now) and
+    """jit_compile="auto" (a trial of 6 steps) and
     jit_compile=False (the step runs op by op: no step compilation)."""
     model = dense_model()
     x = np.random.rand(48, 4).astype("float32")
@@ -339,6 +339,37 @@ def settings(log_dir):
         (f.code, f.severity, f.message) for f in tf_only.report.findings
     ]
     out["tf_only"]["policy"] = model.dtype_policy.name
+    return out
+
+
+def auto_trial(log_dir):
+    """jit_compile="auto": the XLA on/off trial over 64 steps an epoch
+    (the no-jit step is about 50 times slower on this model), kept; then
+    a fit too short for the trial (one epoch of 2 steps)."""
+    model = dense_model()
+    x = np.random.rand(512, 4).astype("float32")
+    y = np.random.rand(512, 1).astype("float32")
+    tuner = keras_xla.XLATuner(
+        log_dir=log_dir, verbose=0, jit_compile="auto", keep=True
+    )
+    start = len(EVENTS)
+    model.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[tuner])
+    out = {"decided": summary(tuner, start)}
+    decision = tuner.report.decision
+    out["decided"]["decision"] = decision.to_dict() if decision else None
+    out["decided"]["jit_after"] = bool(model.jit_compile)
+    out["decided"]["jit_reason"] = tuner.report.jit.reason
+    model = dense_model()
+    short = keras_xla.XLATuner(verbose=0, jit_compile="auto")
+    start = len(EVENTS)
+    model.fit(x[:16], y[:16], batch_size=8, verbose=0, callbacks=[short])
+    out["short"] = summary(short, start)
+    decision = short.report.decision
+    out["short"]["decision"] = decision.to_dict() if decision else None
+    out["short"]["jit_after"] = bool(model.jit_compile)
+    out["short"]["findings"] = [
+        (f.code, f.message) for f in short.report.findings
+    ]
     return out
 
 

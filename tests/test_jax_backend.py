@@ -46,7 +46,7 @@ def fits(tmp_path_factory):
     root = tmp_path_factory.mktemp("jax")
     cache = root / "cache"
     scenarios = ("partial", "padded", "spe", "baseline", "settings")
-    scenarios += ("baseline_edges", "xla_model", "cache")
+    scenarios += ("baseline_edges", "xla_model", "auto_trial", "cache")
     first = run(root / "one", *scenarios, cache=cache)
     second = run(root / "two", "cache", cache=cache)
     return {"root": root, "cache": cache, "first": first, "second": second}
@@ -274,13 +274,47 @@ def test_data_parallel_on_two_host_devices(tmp_path):
     assert result["tensorflow_imported"] is False
 
 
-def test_auto_is_tensorflow_only_and_trains_with_the_models_setting(fits):
+def test_auto_runs_the_xla_trial_on_a_short_fit(fits):
     run_ = fits["first"]["settings"]
     auto = run_["auto"]
-    assert codes_of(auto) == ["backend-unsupported"]
-    assert "TensorFlow backend only" in run_["auto_findings"][0]
-    assert auto["jit"] is True  # the model's own setting ("auto": on)
+    assert codes_of(auto) == [] and run_["auto_findings"] == []
+    assert auto["jit"] is True  # XLA trains on after the trial
     assert auto["truth"]["train"] == 1 == counted(auto, "train")
+
+
+def test_auto_trial_decides_with_jaxs_one_step_compilation(fits):
+    decided = fits["first"]["auto_trial"]["decided"]
+    decision = decided["decision"]
+    assert decision["status"] == "decided"
+    names = [c["name"] for c in decision["candidates"]]
+    assert names == ["xla/float32", "no_xla/float32"]
+    assert decision["default"] == "xla/float32"
+    assert decision["winner"] in names
+    assert decision["reason"].startswith(decision["winner"])
+    assert all(c["measured_steps"] >= 2 for c in decision["candidates"])
+    assert decision["trial_steps"] >= 8
+    # JAX's compile events: the trial compiles jit(train_step) once, the
+    # one compilation XLA alone needs; the no-jit windows compile none.
+    assert decided["truth"]["train"] == 1 == counted(decided, "train")
+    assert [e["compilations"] for e in decided["epochs"]] == [1, 0]
+    assert codes_of(decided) == []
+    # keep=True: the winner stays on the model, and the report says why.
+    xla_won = decision["winner"] == "xla/float32"
+    assert decided["jit_after"] is xla_won is decided["jit"]
+    assert decided["jit_reason"].startswith(
+        f"the trial chose {decision['winner']}"
+    )
+    assert decided["baseline"] is None  # the trial measured both sides
+
+
+def test_auto_trial_without_room_is_skipped_and_trains_with_xla(fits):
+    short = fits["first"]["auto_trial"]["short"]
+    assert short["decision"]["status"] == "skipped"
+    assert codes_of(short) == ["trial-skipped"]
+    message = dict(short["findings"])["trial-skipped"]
+    assert "candidates need at least" in message
+    assert short["jit"] is True and short["jit_after"] is True
+    assert short["truth"]["train"] == 1 == counted(short, "train")
 
 
 def test_tensorflow_only_settings_say_so_on_jax(fits):

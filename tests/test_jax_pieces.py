@@ -360,3 +360,70 @@ def test_cache_rejects_a_file(tmp_path):
     path.write_text("x")
     with pytest.raises(ValueError, match="compile_cache="):
         cache_lib.enable_compile_cache(str(path))
+
+
+def drive_trial(runner, seconds, calls):
+    """Runs `calls` train calls through a JAX trial runner as JaxFitRun
+    does; returns its result."""
+    from keras_xla.auto.runner import Next
+
+    records = []
+    for call in range(calls):
+        if runner.before_call(None, lambda: records) is Next.DONE:
+            break
+        records.append(
+            StepRecord(
+                "train",
+                call,
+                seconds(runner.active, call),
+                signatures=[(sig(8),)],
+            )
+        )
+    return runner.finish(None, records)
+
+
+def test_jax_trial_settles_on_the_faster_train_function():
+    from keras_xla.auto.runner import Decided
+    from keras_xla.jax_backend import trial as trial_lib
+
+    runner = trial_lib.plan("float32", 200, 1, 1, 0.5)
+    assert [c.name for c in runner.trial.candidates] == [
+        "xla/float32",
+        "no_xla/float32",
+    ]
+
+    def seconds(candidate, call):
+        if candidate.jit:
+            return 0.5 if call == 0 else 0.004 + 0.0001 * (call % 3)
+        return 0.002 + 0.0001 * (call % 3)
+
+    result = drive_trial(runner, seconds, 200)
+    assert isinstance(result, Decided)
+    assert result.skipped is None and result.kept is None
+    decision = result.decision
+    assert decision.status == "decided"
+    assert decision.winner == "no_xla/float32"
+    assert decision.default == "xla/float32"
+    assert runner.active.name == "no_xla/float32"  # the owner puts it on
+    assert decision.speedup_vs_default == pytest.approx(2.0, rel=0.2)
+    low, high = decision.speedup_low, decision.speedup_high
+    assert low is not None and low <= decision.speedup_vs_default <= high
+    assert result.jit_reason().startswith("the trial chose no_xla/float32")
+
+
+def test_jax_trial_without_room_is_skipped_with_xla_on():
+    from keras_xla.auto.runner import Decided
+    from keras_xla.jax_backend import trial as trial_lib
+
+    short = trial_lib.plan("float32", 2, 1, 1, 0.25)
+    assert isinstance(short, Decided)
+    assert short.decision.status == "skipped" and short.decision.winner is None
+    assert "need at least" in short.skipped[0]
+    unknown = trial_lib.plan("float32", None, 1, 1, 0.25)
+    assert "length is unknown" in unknown.decision.reason
+    # A trial that ends undecided trains on with XLA, as Keras's "auto".
+    runner = trial_lib.plan("float32", 200, 1, 1, 0.5)
+    result = drive_trial(runner, lambda candidate, call: 0.003, 2)
+    assert result.decision.status == "skipped"
+    assert result.skipped[0].startswith("The XLA/precision trial was skipped")
+    assert runner.active.jit is True

@@ -4,12 +4,13 @@ The schedule, the timing rule, the speedup's range and the extra rounds
 while that range is not useful are the TensorFlow side's: an
 `auto.trial.Trial` of two candidates (the model's policy with XLA, and
 without) sized by `auto.policy`'s tunables, run by
-`auto.runner.TrialRunner`. What differs is the switch: on JAX a
-candidate is a train function, not a model setting. The no-XLA function
-is Keras's own (`jit_compile=False`, `make_train_function(force=True)`),
-built once; the model's jitted function is kept aside and put back, so
-XLA compiles nothing again. The owner (`JaxFitRun`) puts the runner's
-`active` candidate's function on the model.
+`auto.runner.TrialRunner` (as `jax_backend.trial.JaxRunner`). What
+differs is the switch: on JAX a candidate is a train function, not a
+model setting. The no-XLA function is Keras's own (`jit_compile=False`,
+`make_train_function(force=True)`), built once; the model's jitted
+function is kept aside and put back, so XLA compiles nothing again.
+The owner (`JaxFitRun`) puts the runner's `active` candidate's function
+on the model.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from typing import Any
 
 from keras_xla.auto import policy
 from keras_xla.auto.policy import Candidate
-from keras_xla.auto.runner import TrialRunner
 from keras_xla.auto.trial import Trial
 from keras_xla.core.report import BaselineSection
+from keras_xla.jax_backend.trial import JaxRunner
 
 ENDED_REASON = "the fit ended during the no-XLA baseline window"
 
@@ -38,10 +39,9 @@ def build_no_jit(model: Any) -> Any:
         model.train_function = own
 
 
-class BaselineRunner(TrialRunner):
-    """`auto.runner.TrialRunner` whose `switch` only notes the candidate:
-    on JAX the owner swaps the train functions (`active.jit`: the
-    model's jitted one, else Keras's no-jit one).
+class BaselineRunner(JaxRunner):
+    """The baseline's windows on JAX (`jax_backend.trial.JaxRunner`):
+    XLA first, then no XLA; XLA trains after them.
 
     Args:
         trial: The baseline's windows (XLA first, then no XLA).
@@ -49,11 +49,7 @@ class BaselineRunner(TrialRunner):
     """
 
     def __init__(self, trial: Trial, keep: Candidate) -> None:
-        super().__init__(trial, original=None, xla_possible=True, keep=keep)
-        self.active = keep
-
-    def switch(self, model: Any, candidate: Candidate) -> None:
-        self.active = candidate
+        super().__init__(trial, keep=keep)
 
 
 def plan(

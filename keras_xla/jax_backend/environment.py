@@ -9,15 +9,17 @@ from keras_xla.core import findings as codes
 from keras_xla.core.report import JitInfo
 
 AUTO = "auto"
-# Arguments whose TensorFlow machinery has no JAX counterpart yet.
+# Arguments whose TensorFlow machinery has no JAX counterpart yet. The
+# XLA on/off trial (`jit_compile="auto"`) runs on JAX (`trial.py`); the
+# precision trial does not.
 AUTO_TF_ONLY = (
-    "XLATuner(jit_compile='auto') and mixed_precision='auto' (the live "
-    "XLA/precision trial) run on the TensorFlow backend only for now; on "
-    "JAX the fit trains with the model's own setting"
+    "XLATuner(mixed_precision='auto') (the live precision trial) runs on "
+    "the TensorFlow backend only for now; on JAX the fit trains with the "
+    "model's own policy"
 )
 AUTO_FIX = (
-    "Pass jit_compile=True (the default) or False; the verdict's no-XLA "
-    "baseline still says whether XLA pays off."
+    "Pass mixed_precision=None, or set the policy with "
+    "keras.mixed_precision.set_dtype_policy before building the model."
 )
 
 
@@ -110,7 +112,7 @@ def tf_only_findings(model: Any, settings: Any) -> list[tuple]:
     tuner was asked for (`backend-unsupported`, one place each)."""
     unsupported = codes.BACKEND_UNSUPPORTED
     out = []
-    if AUTO in (settings.jit_compile, settings.mixed_precision):
+    if settings.mixed_precision == AUTO:
         out.append((unsupported, AUTO_TF_ONLY + ".", AUTO_FIX, ("auto",)))
     if getattr(model, "_keras_xla_native_probe", False):
         out.append(

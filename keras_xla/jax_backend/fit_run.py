@@ -14,7 +14,7 @@ import time
 import weakref
 from typing import Any
 
-from keras_xla.auto.runner import Next
+from keras_xla.auto.runner import Decided, Next
 from keras_xla.core import cache_directory, lints, render, summaries
 from keras_xla.core import findings as codes
 from keras_xla.core import report as report_lib
@@ -25,10 +25,12 @@ from keras_xla.core.timing import steady_signature
 from keras_xla.fit_outputs import FitOutputs
 from keras_xla.jax_backend import baseline as baseline_lib
 from keras_xla.jax_backend import environment, hlo
+from keras_xla.jax_backend import trial as trial_lib
 from keras_xla.jax_backend.compile_events import CompileEvents
 from keras_xla.jax_backend.step_log import JaxStepLog, tracker_of
 from keras_xla.jax_backend.summaries import JaxSummaryWriter
 from keras_xla.jax_backend.tap import StepTap, untapped
+from keras_xla.jax_backend.trial import JaxRunner
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +48,7 @@ class JaxFitRun:
         settings: The tuner's checked arguments.
         model: The model being fit.
         params: Keras's callback params (`steps`, `epochs`).
-        previous_trial: Unused on JAX (the trial is TensorFlow's);
+        previous_trial: Unused on JAX (each fit's trial runs again);
             passed through as `trial_result`.
     """
 
@@ -71,7 +73,8 @@ class JaxFitRun:
         self.events = CompileEvents()
         self.tap = StepTap(self.events)
         self.log: JaxStepLog | None = None
-        self.baseline: baseline_lib.BaselineRunner | None = None
+        # The baseline's windows, or `jit_compile="auto"`'s trial.
+        self.trial: JaxRunner | None = None
         self._user: dict[str, Any] = {}
         self._no_jit = None
         self._jit_train = None
@@ -112,13 +115,16 @@ class JaxFitRun:
         self.log = JaxStepLog(spe, self.tap, tracker_of(model))
         self.tap.error_handler = self._step_failed
         self._jit_train = untapped(model.train_function)
-        self._plan_baseline(spe)
+        if s.jit_compile == environment.AUTO and self.report.jit.enabled:
+            self._plan_trial(spe)
+        else:
+            self._plan_baseline(spe)
         model.train_function = self.tap.wrap("train", model.train_function)
         model.test_function = self.tap.wrap("test", model.test_function)
         self.active = True
 
     def _plan_baseline(self, spe: int) -> None:
-        """The no-XLA baseline's runner (`self.baseline`), or the report's
+        """The no-XLA baseline's runner (`self.trial`), or the report's
         section saying why there is none."""
         s, model = self.settings, self.model
         planned = baseline_lib.plan(
@@ -140,7 +146,45 @@ class JaxFitRun:
                 reason=f"the no-XLA step could not be built: {error}"
             )
             return
-        self.baseline = planned
+        self.trial = planned
+
+    def _plan_trial(self, spe: int) -> None:
+        """`jit_compile="auto"`: the XLA on/off trial's runner
+        (`self.trial`), or its decision at once (skipped: XLA on)."""
+        model = self.model
+        planned = trial_lib.plan(
+            model.dtype_policy.name,
+            self.params.get("steps"),
+            self.params.get("epochs"),
+            spe,
+            self.settings.trial_budget,
+        )
+        if isinstance(planned, Decided):
+            self._settle(planned, True)
+            return
+        try:
+            self._no_jit = baseline_lib.build_no_jit(model)
+        except Exception as error:  # noqa: BLE001
+            _, decision = planned.trial.decide()
+            problem = f"the no-XLA step could not be built: {error}"
+            fix = "Pass jit_compile=True or False."
+            settled = planned.settle(model, None, decision, (problem, fix))
+            self._settle(settled, True)
+            return
+        self.trial = planned
+
+    def _settle(self, decided: Decided, jit: bool) -> None:
+        """The trial's decision in the report; the model's XLA setting
+        is the winner's (`jit`), whose train function trains on."""
+        self.report.decision = decided.decision
+        if decided.skipped is not None:
+            self.book.add(codes.TRIAL_SKIPPED, *decided.skipped)
+        self.report.jit = report_lib.JitInfo(
+            self.settings.jit_compile, jit, decided.jit_reason()
+        )
+        if bool(self.model.jit_compile) != jit:
+            self.model.jit_compile = jit
+        self.outputs.decided = True
 
     def _build_functions(self) -> None:
         """The step functions of the model's XLA setting: built once per
@@ -182,7 +226,10 @@ class JaxFitRun:
         """The step functions untapped; the user's XLA setting and
         functions back unless `keep`."""
         model = self.model
-        model.train_function = self._jit_train or untapped(model.train_function)
+        # The trial's no-XLA winner, else the model's own train function.
+        won = None if model.jit_compile else self._no_jit
+        trained = won or self._jit_train
+        model.train_function = trained or untapped(model.train_function)
         model.test_function = untapped(model.test_function)
         keep = bool(self.settings.keep)
         if not keep and self._user:
@@ -228,21 +275,21 @@ class JaxFitRun:
         now = time.perf_counter()
         if not self.active:
             return
-        if function == "train" and self.baseline is not None:
+        if function == "train" and self.trial is not None:
             self.log.close(now)
-            self._baseline_step(batch)
+            self._trial_step(batch)
         self.log.begin(function, batch, now)
 
-    def _baseline_step(self, batch: int) -> None:
-        """Before a train call in the baseline's windows: the runner's
-        schedule (`auto.runner.TrialRunner.before_call`) picks the side;
-        the side's train function goes on the model."""
-        runner = self.baseline
+    def _trial_step(self, batch: int) -> None:
+        """Before a train call in the baseline's or the trial's windows:
+        the runner's schedule (`auto.runner.TrialRunner.before_call`)
+        picks the side; the side's train function goes on the model."""
+        runner = self.trial
         outcome = runner.before_call(
             self.model, lambda: self.log.collect("train")
         )
         if outcome is Next.DONE:
-            self._finish_baseline()
+            self._finish_trial()
             return
         if not runner.active.jit:
             self._no_xla_calls.add((self.accountant.epoch, batch))
@@ -255,34 +302,48 @@ class JaxFitRun:
         if fn is not None and untapped(self.model.train_function) is not fn:
             self.model.train_function = self.tap.wrap("train", fn)
 
-    def _finish_baseline(self, abandoned: bool = False) -> None:
-        """The baseline's windows are over (or the fit ended in them):
-        its section, and XLA's train function from now on."""
-        runner, self.baseline = self.baseline, None
-        self._put_train_function(True)
-        self._no_jit = None
+    def _finish_trial(self, abandoned: bool = False) -> None:
+        """The windows are over (or the fit ended in them): the
+        baseline's section, or the trial's decision; the train function
+        of XLA (or of the trial's winner) from now on."""
+        runner, self.trial = self.trial, None
         if abandoned:
-            section = report_lib.BaselineSection(
+            result = None
+        else:
+            result = runner.finish(self.model, self.log.collect("train"))
+        jit = runner.active.jit if isinstance(result, Decided) else True
+        self._put_train_function(jit)
+        if jit:
+            self._no_jit = None
+        if isinstance(result, Decided):
+            self._settle(result, jit)
+        elif result is not None:
+            self.report.baseline = result.baseline
+        elif runner.keep is not None:
+            self.report.baseline = report_lib.BaselineSection(
                 reason=baseline_lib.ENDED_REASON
             )
         else:
-            section = runner.finish(self.model, self.log.collect("train"))
-            section = section.baseline
-        self.report.baseline = section
+            self.book.add(
+                codes.TRIAL_SKIPPED,
+                "The fit ended before the XLA trial decided: nothing was "
+                "chosen, and the model is left as you compiled it.",
+                "Let the fit run past the trial's steps.",
+            )
 
     def _end_train_calls(self, interrupted: bool = False) -> None:
         """Validation or the epoch's end: the baseline ends with the
         train calls so far unless it spans epochs (`TrialRunner.pause`)."""
         self.log.close()
         records = self.log.collect("train")
-        if self.baseline is None:
+        if self.trial is None:
             return
         if interrupted:
-            self._finish_baseline(abandoned=True)
+            self._finish_trial(abandoned=True)
             return
         more = self.accountant.epoch + 1 < self.params.get("epochs", 1)
-        if self.baseline.pause(records, more):
-            self._finish_baseline()
+        if self.trial.pause(records, more):
+            self._finish_trial()
 
     def step_end(self) -> None:
         if self.active:
@@ -337,8 +398,8 @@ class JaxFitRun:
         no_xla = {step for e, step in self._no_xla_calls if e == epoch}
         for record in records:
             record.warmup = record.warmup or record.first_step in no_xla
-        if self.baseline is not None:  # it goes on in the next epoch
-            self.baseline.new_epoch()
+        if self.trial is not None:  # it goes on in the next epoch
+            self.trial.new_epoch()
         stats = self.accountant.finish_epoch(records)
         stats.jit_compile = bool(self.report.jit and self.report.jit.enabled)
         stages = [self._label_cache, self._check, self._conclude]
