@@ -269,9 +269,10 @@ def test_baseline_plan_sizes_the_windows_by_the_trial_policy():
     assert runner.trial.rounds == 2
 
 
-def drive(runner, seconds, calls):
-    """Runs `calls` train calls through `runner` as JaxFitRun does:
-    `seconds(candidate, call)` is each call's wall time."""
+def drive_trial(runner, seconds, calls):
+    """Runs `calls` train calls through a JAX runner (a trial's or a
+    baseline's) as JaxFitRun does: `seconds(candidate, call)` is each
+    call's wall time. Returns `(result, records)`."""
     from keras_xla.auto.runner import Next
 
     records = []
@@ -286,7 +287,13 @@ def drive(runner, seconds, calls):
                 signatures=[(sig(8),)],
             )
         )
-    return runner.finish(None, records).baseline, records
+    return runner.finish(None, records), records
+
+
+def drive(runner, seconds, calls):
+    """`drive_trial` for a baseline: its section and the records."""
+    result, records = drive_trial(runner, seconds, calls)
+    return result.baseline, records
 
 
 def test_baseline_section_from_the_trials_windows():
@@ -362,26 +369,6 @@ def test_cache_rejects_a_file(tmp_path):
         cache_lib.enable_compile_cache(str(path))
 
 
-def drive_trial(runner, seconds, calls):
-    """Runs `calls` train calls through a JAX trial runner as JaxFitRun
-    does; returns its result."""
-    from keras_xla.auto.runner import Next
-
-    records = []
-    for call in range(calls):
-        if runner.before_call(None, lambda: records) is Next.DONE:
-            break
-        records.append(
-            StepRecord(
-                "train",
-                call,
-                seconds(runner.active, call),
-                signatures=[(sig(8),)],
-            )
-        )
-    return runner.finish(None, records)
-
-
 def test_jax_trial_settles_on_the_faster_train_function():
     from keras_xla.auto.runner import Decided
     from keras_xla.jax_backend import trial as trial_lib
@@ -397,7 +384,7 @@ def test_jax_trial_settles_on_the_faster_train_function():
             return 0.5 if call == 0 else 0.004 + 0.0001 * (call % 3)
         return 0.002 + 0.0001 * (call % 3)
 
-    result = drive_trial(runner, seconds, 200)
+    result, _ = drive_trial(runner, seconds, 200)
     assert isinstance(result, Decided)
     assert result.skipped is None and result.kept is None
     decision = result.decision
@@ -423,7 +410,7 @@ def test_jax_trial_without_room_is_skipped_with_xla_on():
     assert "length is unknown" in unknown.decision.reason
     # A trial that ends undecided trains on with XLA, as Keras's "auto".
     runner = trial_lib.plan("float32", 200, 1, 1, 0.5)
-    result = drive_trial(runner, lambda candidate, call: 0.003, 2)
+    result, _ = drive_trial(runner, lambda candidate, call: 0.003, 2)
     assert result.decision.status == "skipped"
     assert result.skipped[0].startswith("The XLA/precision trial was skipped")
     assert runner.active.jit is True
