@@ -283,11 +283,11 @@ def test_the_tuner_passes_trust_to_the_cache(tmp_path):
     shared.mkdir()
     shared.chmod(0o777)
     untrusted = XLATuner(verbose=0, compile_cache=str(shared))
-    assert untrusted._cache_status.untrusted is True
+    assert untrusted._settings.cache_status.untrusted is True
     trusted = XLATuner(
         verbose=0, compile_cache=str(shared), trust_shared_cache=True
     )
-    assert trusted._cache_status.active is True
+    assert trusted._settings.cache_status.active is True
 
 
 def test_entries_loaded_from_one_cache_never_go_to_another(tmp_path):
