@@ -17,12 +17,16 @@ against XLA's), a Conv1D classifier (keras-io's time-series shape) and a
 small transformer on padded text (token ids padded to one length, as
 `padded_batch(padded_shapes=...)` makes them). Printed too: the
 verdict's range from its windows' spread, and whether the separate-fit
-speedup falls in it.
+speedup falls in it. With `--warmups 0 20` each round fits the tuner once
+per baseline warm-up (`Tunables.baseline_warmup_steps`: XLA steps before
+the first window), each against the same separate fits.
 
 Run: python benchmarks/verdict_truth.py [--steps 300] [--rounds 3]
+     [--warmups 20]
 """
 
 import argparse
+import dataclasses
 import os
 import platform
 import statistics
@@ -36,6 +40,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from keras_xla.auto import policy  # noqa: E402
+from keras_xla.auto.policy import TUNABLES  # noqa: E402
 from keras_xla.core.render import format_table  # noqa: E402
 
 BATCH = 16
@@ -179,11 +185,18 @@ def main():
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--models", default="residual,wide,conv1d,transformer")
+    parser.add_argument(
+        "--warmups",
+        type=int,
+        nargs="+",
+        default=[TUNABLES.baseline_warmup_steps],
+    )
     args = parser.parse_args()
     rows = [
         (
             "model",
             "round",
+            "warm-up",
             "verdict speedup",
             "range",
             "separate fits",
@@ -206,45 +219,61 @@ def main():
         name, build = models[key]
         x, y = data(args.steps, build)
         for r in range(args.rounds):
-            report, epoch_s = tuner_fit(build, x, y)
-            no_xla, xla = separate_fits(build, x, y)
-            truth = no_xla / xla
-            v = report.verdict
-            said = v.speedup
-            ratio = said / truth if said else float("nan")
-            ratios.setdefault(name, []).append(ratio)
-            low, high = v.speedup_low, v.speedup_high
-            held = low is not None and low <= truth <= high
-            inside.setdefault(name, []).append(held)
-            base = report.baseline
-            cost = base.cost_seconds
-            rows.append(
-                (
-                    name,
-                    str(r),
-                    f"{said:.3f}" if said else "-",
-                    f"{low:.2f}-{high:.2f}" if low is not None else "-",
-                    f"{truth:.3f} ({no_xla:.2f}/{xla:.2f} ms)",
-                    "yes" if held else "no",
-                    f"{ratio:.3f}",
-                    str(base.run_steps),
-                    f"{cost:.3f}",
-                    f"{base.trace_seconds or 0:.3f}",
-                    f"{100 * cost / epoch_s:.1f}%",
+            fits = []
+            for warmup in args.warmups:
+                policy.TUNABLES = dataclasses.replace(
+                    TUNABLES, baseline_warmup_steps=warmup
                 )
-            )
+                fits.append((warmup, *tuner_fit(build, x, y)))
+            policy.TUNABLES = TUNABLES
+            separate = separate_fits(build, x, y)
+            for warmup, report, epoch_s in fits:
+                cells, ratio, held = row(
+                    (name, r, warmup), report, epoch_s, separate
+                )
+                rows.append(cells)
+                ratios.setdefault((name, warmup), []).append(ratio)
+                inside.setdefault((name, warmup), []).append(held)
     print(
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} "
         f"cores, TensorFlow {tf.__version__}; {args.steps} steps of batch "
         f"{BATCH} per fit"
     )
     print("\n".join(format_table(rows)))
-    for name, values in ratios.items():
+    for (name, warmup), values in ratios.items():
         print(
-            f"{name}: median ratio {statistics.median(values):.3f} "
-            f"(goal 0.90-1.10); separate-fit speedup in the verdict's "
-            f"range in {sum(inside[name])} of {len(inside[name])} rounds"
+            f"{name}, warm-up {warmup}: median ratio "
+            f"{statistics.median(values):.3f} (goal 0.90-1.10); separate-fit "
+            f"speedup in the verdict's range in {sum(inside[name, warmup])} "
+            f"of {len(inside[name, warmup])} rounds"
         )
+
+
+def row(label, report, epoch_s, separate):
+    """`(cells, ratio, in range)`: a tuner fit's verdict against the
+    separate fits' speedup (`separate`: their no-XLA and XLA ms)."""
+    no_xla, xla = separate
+    truth = no_xla / xla
+    v = report.verdict
+    said = v.speedup
+    ratio = said / truth if said else float("nan")
+    low, high = v.speedup_low, v.speedup_high
+    held = low is not None and low <= truth <= high
+    base = report.baseline
+    cost = base.cost_seconds
+    cells = (
+        *map(str, label),
+        f"{said:.3f}" if said else "-",
+        f"{low:.2f}-{high:.2f}" if low is not None else "-",
+        f"{truth:.3f} ({no_xla:.2f}/{xla:.2f} ms)",
+        "yes" if held else "no",
+        f"{ratio:.3f}",
+        str(base.run_steps),
+        f"{cost:.3f}",
+        f"{base.trace_seconds or 0:.3f}",
+        f"{100 * cost / epoch_s:.1f}%",
+    )
+    return cells, ratio, held
 
 
 if __name__ == "__main__":
