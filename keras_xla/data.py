@@ -17,7 +17,14 @@ from __future__ import annotations
 import numbers
 from collections.abc import Sequence
 
-import tensorflow as tf
+try:
+    import tensorflow as tf
+except ImportError as error:  # e.g. installed for Keras's JAX backend only
+    raise ImportError(
+        "keras_xla.data builds tf.data pipelines and needs TensorFlow: "
+        "`pip install tensorflow` (Keras on JAX trains on tf.data datasets "
+        "too), or pad and bucket your batches in your own pipeline."
+    ) from error
 
 _OFFSETS = ("random", "center")
 

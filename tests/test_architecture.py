@@ -42,7 +42,8 @@ def test_core_imports_without_tensorflow_or_keras():
     )
     code = (
         f"import sys; {imports}; "
-        "print(sorted(m for m in ('tensorflow', 'keras') if m in sys.modules))"
+        "print(sorted(m for m in ('tensorflow', 'keras', 'jax') "
+        "if m in sys.modules))"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True

@@ -410,3 +410,22 @@ def test_doctor_reports_the_jax_side_without_tensorflow():
     assert "jax_persistent_cache_min_compile_time_secs" in cache
     assert diagnosis["smoke_compile"]["compilations"] >= 1
     assert diagnosis["healthy"] is True
+
+
+def test_the_data_helpers_say_they_need_tensorflow():
+    code = (
+        "import sys; sys.modules['tensorflow'] = None\n"
+        "try:\n"
+        "    import keras_xla.data\n"
+        "except ImportError as error:\n"
+        "    print(error)\n"
+    )
+    env = dict(os.environ, KERAS_BACKEND="jax")
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(
+        "keras_xla.data builds tf.data pipelines and needs TensorFlow: "
+        "`pip install tensorflow`"
+    )
