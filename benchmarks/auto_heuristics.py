@@ -36,7 +36,6 @@ import os
 import platform
 import statistics
 import sys
-import time
 import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -73,18 +72,8 @@ def measure(args):
     import train  # (examples/resnet50, via precision_trial's path)
     import verdict_truth as vt
 
-    class Clock(keras.callbacks.Callback):
-        def on_train_begin(self, logs=None):
-            self.starts = []
-
-        def on_train_batch_begin(self, batch, logs=None):
-            self.starts.append(time.perf_counter())
-
-        def on_train_end(self, logs=None):
-            self.starts.append(time.perf_counter())
-
     def clocked(model, data, **kw):
-        clock = Clock()
+        clock = precision_trial.StepClock()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model.fit(*data, callbacks=[clock], verbose=0, **kw)

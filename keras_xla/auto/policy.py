@@ -228,6 +228,57 @@ def baseline_steps(epoch_steps: int, t: Tunables = TUNABLES) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
+class TrialPlan:
+    """A trial's schedule.
+
+    Attributes:
+        calls: Calls per window.
+        rounds: Windows per candidate.
+        spans: Whether the trial spans epochs (a first epoch too short).
+        run_steps: The run's planned train steps, if known.
+    """
+
+    calls: int
+    rounds: int
+    spans: bool
+    run_steps: int | None
+
+
+def trial_plan(
+    budget: Any,
+    epoch_steps: int | None,
+    epochs: int | None,
+    n: int,
+    steps_per_call: int,
+    t: Tunables = TUNABLES,
+) -> TrialPlan | tuple[str, str]:
+    """The schedule of a trial of `n` candidates with `trial_budget`
+    `budget` (`run_budget`, `schedule`), or `(problem, fix)` when it has
+    no room."""
+    steps = run_budget(budget, epoch_steps, epochs, n, steps_per_call, t)
+    calls, rounds = schedule(steps or 0, n, steps_per_call, t)
+    if steps is None:
+        return (
+            "the first epoch's length is unknown",
+            "Pass `steps_per_epoch` to fit, or `trial_budget=<steps>`.",
+        )
+    if not calls:
+        need = minimum_steps(n, steps_per_call, t=t)
+        return (
+            f"its budget is {steps} step{'s' * (steps != 1)} (trial_budget="
+            f"{budget!r} of {epoch_steps}); {n} candidates need at least "
+            f"{need}",
+            f"A run of {need} steps or more lets it decide (it may take the "
+            "whole run); or set `jit_compile` (and `mixed_precision`) "
+            "explicitly.",
+        )
+    run = epoch_steps * (epochs or 1) if epoch_steps else None
+    return TrialPlan(
+        calls, rounds, bool(epoch_steps) and steps > epoch_steps, run
+    )
+
+
+@dataclasses.dataclass(frozen=True)
 class BaselinePlan:
     """The no-XLA baseline's schedule.
 

@@ -152,36 +152,25 @@ def plan(
                 rows,
             )
         )
-    spe, steps = request.steps_per_call, request.epoch_steps
-    n = len(candidates)
-    budget = policy.run_budget(request.budget, steps, request.epochs, n, spe, t)
-    calls, rounds = policy.schedule(budget or 0, n, spe, t)
-    problem = None
+    spe = request.steps_per_call
+    plan = policy.trial_plan(
+        request.budget,
+        request.epoch_steps,
+        request.epochs,
+        len(candidates),
+        spe,
+        t,
+    )
     if not request.probed:
-        problem = (
+        plan = (
             "it needs the tuner's step probe, which a plain Keras model "
             "under a multi-replica strategy does not get",
             "Build the model as `keras_xla.XLAModel`.",
         )
-    elif budget is None:
-        problem = (
-            "the first epoch's length is unknown",
-            "Pass `steps_per_epoch` to fit, or `trial_budget=<steps>`.",
-        )
-    elif not calls:
-        need = policy.minimum_steps(n, spe, t=t)
-        problem = (
-            f"its budget is {budget} step{'s' * (budget != 1)} (trial_budget="
-            f"{request.budget!r} of {steps}); {len(candidates)} "
-            f"candidates need at least {need}",
-            f"A run of {need} steps or more lets it decide (it may take the"
-            " whole run); or set `jit_compile` and `mixed_precision` "
-            "explicitly.",
-        )
-    if problem is not None:
+    if not isinstance(plan, policy.TrialPlan):
         decision = Decision(Status.SKIPPED, None, "", rows)
         return _fall_back(
-            model, original, request.xla_possible, decision, *problem
+            model, original, request.xla_possible, decision, *plan
         )
     memory = None
     if request.memory_dir:
@@ -190,17 +179,15 @@ def plan(
         # The likely winner first: a recalled run then never switches.
         likely = memory.likely()
         candidates.sort(key=lambda c: c.name != likely)
-    trial = Trial(candidates, default, calls, spe, rounds, tunables=t)
-    if steps:
-        trial.run_steps = steps * (request.epochs or 1)
-    spans = bool(steps) and budget > steps
+    trial = Trial(candidates, default, plan.calls, spe, plan.rounds, tunables=t)
+    trial.run_steps = plan.run_steps
     runner = TrialRunner(
         trial,
         original,
         request.xla_possible,
         memory=memory,
     )
-    runner.spans = spans
+    runner.spans = plan.spans
     runner.switch(model, candidates[0])
     logging.getLogger("tensorflow").addFilter(RETRACE_FILTER)
     return runner
@@ -248,17 +235,7 @@ def plan_baseline(
     if isinstance(plan, str):
         return Measured(BaselineSection(reason=plan))
     dtype = model.dtype_policy.name
-    keep = Candidate(True, dtype)
-    # No dropping: the baseline measures both sides, however clear.
-    trial = Trial(
-        [keep, Candidate(False, dtype)],
-        keep,
-        plan.calls,
-        spe,
-        rounds=plan.rounds,
-        drop=False,
-        tunables=t,
-    )
+    trial, keep = trial_lib.baseline_trial(dtype, plan, spe, t)
     runner = TrialRunner(trial, original, True, keep=keep)
     runner.apply(plan)
     runner.switch(model, keep)

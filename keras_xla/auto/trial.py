@@ -327,6 +327,29 @@ class Trial:
         return winner, decision
 
 
+def baseline_trial(
+    policy_name: str,
+    plan: policy.BaselinePlan,
+    steps_per_call: int,
+    t: Tunables | None = None,
+) -> tuple[Trial, Candidate]:
+    """The baseline's windows (`plan`): XLA on at `policy_name` first (the
+    candidate that trains on after them, returned too), then the same
+    without XLA; no dropping: the baseline measures both sides, however
+    clear."""
+    keep = Candidate(True, policy_name)
+    trial = Trial(
+        [keep, Candidate(False, policy_name)],
+        keep,
+        plan.calls,
+        steps_per_call,
+        rounds=plan.rounds,
+        drop=False,
+        tunables=t,
+    )
+    return trial, keep
+
+
 def candidate_row(c, measured=0, median_ms=None, compile_seconds=None):
     """The report's row for one candidate."""
     return CandidateResult(

@@ -19,7 +19,7 @@ from typing import Any
 
 from keras_xla.auto import policy
 from keras_xla.auto.policy import Candidate
-from keras_xla.auto.trial import Trial
+from keras_xla.auto.trial import Trial, baseline_trial
 from keras_xla.core.report import BaselineSection
 from keras_xla.jax_backend.trial import JaxRunner
 
@@ -80,17 +80,7 @@ def plan(
     schedule = policy.baseline_plan(epoch_steps, epochs, spe, budget, t)
     if isinstance(schedule, str):
         return BaselineSection(reason=schedule)
-    keep = Candidate(True, policy_name)
-    # No dropping: the baseline measures both sides, however clear.
-    trial = Trial(
-        [keep, Candidate(False, policy_name)],
-        keep,
-        schedule.calls,
-        spe,
-        rounds=schedule.rounds,
-        drop=False,
-        tunables=t,
-    )
+    trial, keep = baseline_trial(policy_name, schedule, spe, t)
     runner = BaselineRunner(trial, keep)
     runner.apply(schedule)
     return runner

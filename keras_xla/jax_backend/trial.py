@@ -19,6 +19,7 @@ from typing import Any
 
 from keras_xla.auto import policy
 from keras_xla.auto import trial as trial_lib
+from keras_xla.auto.memory import DecisionMemory
 from keras_xla.auto.policy import Candidate, Status
 from keras_xla.auto.runner import Decided, TrialRunner
 from keras_xla.auto.trial import Trial
@@ -80,6 +81,7 @@ def plan(
     spe: int,
     budget: float | int,
     t: policy.Tunables | None = None,
+    memory: DecisionMemory | None = None,
 ) -> JaxTrialRunner | Decided:
     """The trial's runner for a fit whose first epoch has `epoch_steps`
     steps, or the `Decided` (skipped, XLA on) when there is no room.
@@ -91,35 +93,26 @@ def plan(
         spe: `steps_per_execution`.
         budget: `XLATuner(trial_budget=...)`.
         t: The policy's numbers. Defaults to `policy.TUNABLES`.
+        memory: Decisions remembered across runs (`auto.memory`): an
+            earlier run's for the same model, inputs, hardware and
+            versions ends the trial at its first call. Defaults to
+            `None` (not remembered).
     """
     t = t or policy.TUNABLES
     found, default = candidates(policy_name)
-    n = len(found)
-    run_budget = policy.run_budget(budget, epoch_steps, epochs, n, spe, t)
-    calls, rounds = policy.schedule(run_budget or 0, n, spe, t)
-    problem = None
-    if run_budget is None:
-        problem = (
-            "the first epoch's length is unknown",
-            "Pass `steps_per_epoch` to fit, or `trial_budget=<steps>`.",
-        )
-    elif not calls:
-        need = policy.minimum_steps(n, spe, t=t)
-        problem = (
-            f"its budget is {run_budget} step{'s' * (run_budget != 1)} "
-            f"(trial_budget={budget!r} of {epoch_steps}); {n} candidates "
-            f"need at least {need}",
-            f"A run of {need} steps or more lets it decide (it may take the"
-            " whole run); or set `jit_compile` explicitly.",
-        )
-    if problem is not None:
+    plan = policy.trial_plan(budget, epoch_steps, epochs, len(found), spe, t)
+    if not isinstance(plan, policy.TrialPlan):
         rows = [trial_lib.candidate_row(c) for c in found]
         decision = Decision(Status.SKIPPED, None, "", rows)
-        decision.reason = f"The XLA/precision trial was skipped: {problem[0]}."
-        return Decided(decision, skipped=(decision.reason, problem[1]))
-    trial = Trial(found, default, calls, spe, rounds, tunables=t)
-    if epoch_steps:
-        trial.run_steps = epoch_steps * (epochs or 1)
+        decision.reason = f"The XLA/precision trial was skipped: {plan[0]}."
+        return Decided(decision, skipped=(decision.reason, plan[1]))
+    if memory is not None:
+        # The likely winner first: a recalled run then never switches.
+        likely = memory.likely()
+        found.sort(key=lambda c: c.name != likely)
+    trial = Trial(found, default, plan.calls, spe, plan.rounds, tunables=t)
+    trial.run_steps = plan.run_steps
     runner = JaxTrialRunner(trial)
-    runner.spans = bool(epoch_steps) and run_budget > epoch_steps
+    runner.memory = memory
+    runner.spans = plan.spans
     return runner
