@@ -108,3 +108,29 @@ def test_a_first_compile_leaves_out_the_graph_building():
         accountant.finish_epoch(records)
     # Only the function's first compilation builds a graph.
     assert [c.compile_seconds for c in report.compile_log] == [0.69, 0.5]
+
+
+def test_a_cluster_entry_dated_at_a_short_calls_end_is_that_calls():
+    from keras_xla.core.accounting import detect_cluster_compilations
+    from keras_xla.core.signatures import SignatureTracker
+
+    def call(first_step, started_at, seconds, batch):
+        sig = Signature(0, (TensorSignature("x", (batch, 2), "float32"),))
+        return StepRecord("test", first_step, seconds, [(sig,)], [], 0.0,
+                          started_at=started_at)  # fmt: skip
+
+    tracker, booked, compiled = SignatureTracker(), set(), set()
+    first = [call(0, 100.0, 0.01, 8), call(1, 100.02, 0.002, 4)]
+    detect_cluster_compilations(
+        "test", first, {"a": 100.005}, tracker, booked, compiled
+    )
+    # A validation run: a full batch, then a short last one whose cluster
+    # compiles at its second run; the entry is dated at that call's end,
+    # a rounding past it, within the full call's slack too.
+    full, short = call(0, 200.0, 0.010, 8), call(1, 200.011, 0.002, 4)
+    entries = {"a": 100.005, "b": 200.011 + 0.002 + 1e-9}
+    detect_cluster_compilations(
+        "test", [full, short], entries, tracker, booked, compiled
+    )
+    assert (full.entries, short.entries) == ([], ["b"])
+    assert short.new == [(0, 0)] and not full.new

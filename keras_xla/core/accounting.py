@@ -75,7 +75,10 @@ def detect_cluster_compilations(
     without compiling is a warm-up, not a steady step."""
     fresh = sorted((m, p) for p, m in entries.items() if p not in booked)
     for slack in (0.0, ENTRY_SLACK_SECONDS):
-        for record in records:
+        # Latest call first: with the slack an entry dated at a short
+        # call's end (a rounding past it) is that call's, not the one
+        # before, whose slack may reach past it too.
+        for record in reversed(records):
             end = record.started_at + record.seconds + slack
             for mtime, path in fresh:
                 if path not in booked and record.started_at <= mtime <= end:
