@@ -373,6 +373,55 @@ def auto_trial(log_dir):
     return out
 
 
+def auto_memory(log_dir, jit="auto"):
+    """jit_compile="auto" on a model whose weights have fixed names, so a
+    second process finds the first one's remembered decision."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((4,)),
+            keras.layers.Dense(8, activation="relu", name="remembered_1"),
+            keras.layers.Dense(1, name="remembered_2"),
+        ]
+    )
+    model.compile("adam", "mse")
+    x = np.random.rand(512, 4).astype("float32")
+    y = np.random.rand(512, 1).astype("float32")
+    tuner = keras_xla.XLATuner(verbose=0, jit_compile=jit, baseline=False)
+    start = len(EVENTS)
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[tuner])
+    out = summary(tuner, start)
+    decision = tuner.report.decision
+    out["decision"] = decision.to_dict() if decision else None
+    # Compilations of anything else: the no-jit step's ops, op by op.
+    steps = ("jit(train_step)", "jit(test_step)")
+    out["other_compilations"] = sum(
+        n not in steps for n, _, _ in EVENTS[start:]
+    )
+    return out
+
+
+def precision(log_dir):
+    """A model built under mixed_bfloat16 whose output layer computes in
+    bfloat16: the precision checks' `low-precision-output` on JAX."""
+    keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
+    try:
+        model = dense_model()
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+    x = np.random.rand(64, 4).astype("float32")
+    y = np.random.rand(64, 1).astype("float32")
+    tuner = keras_xla.XLATuner(verbose=0, baseline=False)
+    model.fit(x, y, batch_size=8, verbose=0, callbacks=[tuner])
+    return {"codes": tuner.report.finding_codes()}
+
+
+def memory_control(log_dir):
+    """The same fit with XLA on and no trial: its compilations besides
+    the step functions' (building the optimizer's state)."""
+    return auto_memory(log_dir, jit=True)
+
+
 def xla_model(log_dir):
     """keras_xla.XLAModel on JAX: a ValueError naming the fix, built
     functional, subclassed or from a model."""

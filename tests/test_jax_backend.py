@@ -17,7 +17,7 @@ pytest.importorskip("jax")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run(log_dir, *scenarios, cache=None, devices=None):
+def run(log_dir, *scenarios, cache=None, devices=None, home=None):
     cmd = [sys.executable, os.path.join(HERE, "jax_run.py"), str(log_dir)]
     cmd += list(scenarios)
     if cache is not None:
@@ -29,6 +29,8 @@ def run(log_dir, *scenarios, cache=None, devices=None):
     }
     env["KERAS_BACKEND"] = "jax"
     env["JAX_PLATFORMS"] = "cpu"
+    if home is not None:
+        env["KERAS_XLA_CACHE_DIR"] = str(home)
     if devices:
         flag = f"--xla_force_host_platform_device_count={devices}"
         env["XLA_FLAGS"] = flag
@@ -204,6 +206,12 @@ def test_hlo_analysis_adds_no_compilation(fits):
     assert hlo["flops_per_step"] > 2 * 8 * 4 * 8
     assert run_["outside"] == []
     assert run_["truth"]["train"] == 1
+    # The module's text, in the log dir as on TensorFlow.
+    path = (
+        fits["root"] / "one" / "baseline" / "hlo" / "train_step.optimized.txt"
+    )
+    assert hlo["text"] == str(path)
+    assert path.read_text().startswith("HloModule ")
 
 
 def test_compile_cache_hits_are_not_compilations(fits):
@@ -429,3 +437,31 @@ def test_the_data_helpers_say_they_need_tensorflow():
         "keras_xla.data builds tf.data pipelines and needs TensorFlow: "
         "`pip install tensorflow`"
     )
+
+
+def test_a_remembered_auto_decision_skips_the_trial_in_a_new_process(
+    tmp_path,
+):
+    home = tmp_path / "home"  # the decisions' file, shared by both runs
+    first = run(tmp_path / "a", "auto_memory", home=home)["auto_memory"]
+    second = run(tmp_path / "b", "auto_memory", home=home)["auto_memory"]
+    control = run(tmp_path / "c", "memory_control")["memory_control"]
+    decided = first["decision"]
+    assert decided["status"] == "decided"
+    # The first run's trial ran the no-jit step, its ops compiled one by
+    # one; the second found the decision at its first call and ran none:
+    # it compiled what a fit without the trial compiles.
+    assert first["other_compilations"] > control["other_compilations"]
+    remembered = second["decision"]
+    assert remembered["status"] == "remembered"
+    assert remembered["winner"] == decided["winner"] == "xla/float32"
+    assert second["other_compilations"] == control["other_compilations"]
+    assert second["truth"]["train"] == 1 == counted(second, "train")
+
+
+def test_precision_checks_run_on_jax(tmp_path):
+    # Built under mixed_bfloat16 with a bfloat16 output layer: the same
+    # check as on TensorFlow, on JAX's devices, without TensorFlow.
+    out = run(tmp_path, "precision")
+    assert out["tensorflow_imported"] is False
+    assert "low-precision-output" in out["precision"]["codes"]

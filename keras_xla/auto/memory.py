@@ -4,7 +4,8 @@ A restarted or repeated job should not pay the trial again: its winner is
 kept in a small JSON file, keyed by everything that makes it valid. The
 model (its class and every weight's path, shape and dtype), the input
 signature of its first step, the hardware (CPU model, devices), the
-TensorFlow and Keras versions, the candidates and `steps_per_execution`.
+backend's (TensorFlow or JAX) and Keras's versions, the candidates and
+`steps_per_execution`.
 Any change of these is a different key, and the trial runs again. A
 decision made without trying an XLA candidate, because its compile could
 not pay back in that run's steps, holds for runs up to that length only
@@ -127,13 +128,22 @@ def directory(cache_status: Any) -> str:
 
 
 def _hardware() -> list:
+    """The CPU, the devices and the backend's and Keras's versions."""
     import keras
-    import tensorflow as tf
 
-    devices = [d.name for d in tf.config.list_logical_devices()]
+    if keras.backend.backend() == "jax":
+        import jax
+
+        devices = [str(d) for d in jax.devices()]
+        backend = f"jax {jax.__version__}"
+    else:
+        import tensorflow as tf
+
+        devices = [d.name for d in tf.config.list_logical_devices()]
+        backend = tf.__version__
     return [
         hardware.cpu_model() or platform.machine(),
         devices,
-        tf.__version__,
+        backend,
         keras.__version__,
     ]

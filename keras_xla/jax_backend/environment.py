@@ -107,6 +107,36 @@ def configure_jit(
     return JitInfo(requested, enabled, reason), finding, changed
 
 
+def device_infos() -> list:
+    """JAX's devices as the precision checks describe them
+    (`tf_backend.hardware.DeviceInfo`: the kind, the name, a GPU's
+    compute capability)."""
+    import jax
+
+    from keras_xla.tf_backend.hardware import DeviceInfo
+
+    infos = []
+    for device in jax.devices():
+        kind = str(device.platform).upper()
+        capability = None
+        text = str(getattr(device, "compute_capability", "") or "")
+        major, _, minor = text.partition(".")
+        if kind == "GPU" and major.isdigit() and minor.isdigit():
+            capability = (int(major), int(minor))
+        infos.append(DeviceInfo(kind, str(device), capability))
+    return infos
+
+
+def precision_findings(model: Any) -> list[tuple]:
+    """`(code, message, fix, place)` of the precision checks
+    (`tf_backend.precision.check_precision`: Keras-level, no TensorFlow)
+    on JAX's devices."""
+    from keras_xla.tf_backend import precision as precision_lib
+
+    found = precision_lib.check_precision(model, devices=device_infos())
+    return [(f.code, f.message, f.fix, (f.message,)) for f in found]
+
+
 def tf_only_findings(model: Any, settings: Any) -> list[tuple]:
     """`(code, message, fix, place)` for each TensorFlow-only feature the
     tuner was asked for (`backend-unsupported`, one place each)."""

@@ -10,12 +10,14 @@ the summary.
 from __future__ import annotations
 
 import logging
+import os
 import time
 import weakref
 from typing import Any
 
+from keras_xla.auto import memory as decision_memory
 from keras_xla.auto.runner import Decided, Next
-from keras_xla.core import cache_directory, lints, render, summaries
+from keras_xla.core import cache_directory, files, lints, render, summaries
 from keras_xla.core import findings as codes
 from keras_xla.core import report as report_lib
 from keras_xla.core import verdict as verdict_lib
@@ -105,6 +107,8 @@ class JaxFitRun:
             self.book.add(*finding)
         for code, message, fix, place in environment.tf_only_findings(model, s):
             self.book.add(code, message, fix, place)
+        for code, message, fix, place in environment.precision_findings(model):
+            self.book.add(code, message, fix, place)
         if changed or model.train_function is None:
             self._build_functions()
         if model.test_function is None:
@@ -152,12 +156,21 @@ class JaxFitRun:
         """`jit_compile="auto"`: the XLA on/off trial's runner
         (`self.trial`), or its decision at once (skipped: XLA on)."""
         model = self.model
+        s = self.settings
+        memory = None
+        if s.trial_memory:
+            names = [
+                c.name for c in trial_lib.candidates(model.dtype_policy.name)[0]
+            ]
+            where = decision_memory.directory(s.cache_status)
+            memory = decision_memory.DecisionMemory(where, model, names, spe)
         planned = trial_lib.plan(
             model.dtype_policy.name,
             self.params.get("steps"),
             self.params.get("epochs"),
             spe,
-            self.settings.trial_budget,
+            s.trial_budget,
+            memory=memory,
         )
         if isinstance(planned, Decided):
             self._settle(planned, True)
@@ -468,13 +481,18 @@ class JaxFitRun:
         before = self.events.pending("train")
         shapes = {t.path: list(t.shape) for t in sig.tensors}
         try:
-            section, _ = hlo.analyze(
+            section, text = hlo.analyze(
                 jitted,
                 hlo.state_specs(self.model, environment.device_count() > 1),
                 data,
                 stats.epoch,
                 shapes,
             )
+            if s.log_dir:
+                # Written with the fit's other outputs (their failures are
+                # theirs, reported as `output-failed`).
+                path = os.path.join(s.log_dir, hlo.TEXT_PATH)
+                section.text = files.write_later(path, text)
         except Exception as error:  # noqa: BLE001 - a diagnostic
             self.book.add(
                 codes.HLO_ANALYSIS_FAILED,

@@ -12,6 +12,7 @@ work is one kernel; a `fusion` runs the ops of its fused computation.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from typing import Any
@@ -31,6 +32,10 @@ _INSTRUCTION = re.compile(
     r"\s+([\w\-]+)\("
 )
 _CALLED = re.compile(r"(?:calls|body|condition|to_apply)=%?([\w.\-]+)")
+
+
+# Where the module's text goes in the log dir (as on TensorFlow).
+TEXT_PATH = os.path.join("hlo", "train_step.optimized.txt")
 
 
 def jitted_step(model: Any, function: str = "train") -> Any:

@@ -57,15 +57,17 @@ def describe_devices(devices: Iterable[Any] | None = None) -> list[DeviceInfo]:
     Defaults to `tf.config.list_physical_devices()`; a GPU's compute
     capability comes from `tf.config.experimental.get_device_details`.
     """
-    import tensorflow as tf
-
     if devices is None:
+        import tensorflow as tf
+
         devices = tf.config.list_physical_devices()
     infos = []
     for device in devices:
         if isinstance(device, DeviceInfo):
             infos.append(device)
             continue
+        import tensorflow as tf
+
         kind = str(device.device_type).upper()
         capability = None
         if kind == "GPU":
