@@ -22,6 +22,7 @@ from keras_xla.auto.policy import Candidate
 from keras_xla.auto.trial import Trial, baseline_trial
 from keras_xla.core.report import BaselineSection
 from keras_xla.jax_backend.trial import JaxRunner
+from keras_xla.tf_backend import jit as jit_lib  # (no TensorFlow)
 
 ENDED_REASON = "the fit ended during the no-XLA baseline window"
 
@@ -31,11 +32,11 @@ def build_no_jit(model: Any) -> Any:
     model's own (jitted) train function and setting in place."""
     own, setting = model.train_function, model.jit_compile
     try:
-        model.jit_compile = False
+        jit_lib.set_xla(model, False)
         model.make_train_function(force=True)
         return model.train_function
     finally:
-        model.jit_compile = setting
+        jit_lib.set_xla(model, setting)
         model.train_function = own
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from keras_xla.core import findings as codes
 from keras_xla.core.report import JitInfo
+from keras_xla.tf_backend import jit as jit_lib  # (no TensorFlow)
 
 AUTO = "auto"
 # Arguments whose TensorFlow machinery has no JAX counterpart yet. The
@@ -73,7 +74,7 @@ def configure_jit(
     """
     before = bool(model.jit_compile)
     if requested is not None and bool(requested) != before:
-        model.jit_compile = bool(requested)
+        jit_lib.set_xla(model, bool(requested))
     enabled = bool(model.jit_compile) and not model.run_eagerly
     changed = bool(model.jit_compile) != before
     finding = None

@@ -33,6 +33,7 @@ from keras_xla.jax_backend.step_log import JaxStepLog, tracker_of
 from keras_xla.jax_backend.summaries import JaxSummaryWriter
 from keras_xla.jax_backend.tap import StepTap, untapped
 from keras_xla.jax_backend.trial import JaxRunner
+from keras_xla.tf_backend import jit as jit_lib  # (no TensorFlow)
 
 logger = logging.getLogger(__name__)
 
@@ -196,7 +197,7 @@ class JaxFitRun:
             self.settings.jit_compile, jit, decided.jit_reason()
         )
         if bool(self.model.jit_compile) != jit:
-            self.model.jit_compile = jit
+            jit_lib.set_xla(self.model, jit)
         self.outputs.decided = True
 
     def _build_functions(self) -> None:
@@ -247,7 +248,7 @@ class JaxFitRun:
         keep = bool(self.settings.keep)
         if not keep and self._user:
             if bool(self._user["jit_compile"]) != bool(model.jit_compile):
-                model.jit_compile = self._user["jit_compile"]
+                jit_lib.set_xla(model, self._user["jit_compile"])
                 model.train_function = self._user["train_function"]
                 model.test_function = self._user["test_function"]
         if self.report.jit is not None:
