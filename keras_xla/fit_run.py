@@ -21,12 +21,10 @@ from keras_xla.auto import runner as auto_runner
 from keras_xla.auto.model_state import ModelState
 from keras_xla.auto.policy import AUTO
 from keras_xla.core import findings as codes
-from keras_xla.core import render, summaries
+from keras_xla.core import render
 from keras_xla.core import report as report_lib
 from keras_xla.core import verdict as verdict_lib
-from keras_xla.core.accounting import Accountant
-from keras_xla.core.findings import FindingBook
-from keras_xla.fit_outputs import FitOutputs
+from keras_xla.fit_owner import FitOwner
 from keras_xla.model_lease import ModelLease
 from keras_xla.settings import Settings
 from keras_xla.step_log import CLUSTERS, JIT, StepLog
@@ -48,7 +46,7 @@ from keras_xla.tf_backend.step_functions import (
 logger = logging.getLogger(__name__)
 
 
-class FitRun:
+class FitRun(FitOwner):
     """The state of one `fit` and what the tuner does with it.
 
     Args:
@@ -66,14 +64,7 @@ class FitRun:
         params: dict | None,
         previous_trial: tuple | None = None,
     ) -> None:
-        self.settings = settings
-        self.model = model
-        self.params = params or {}
-        self.report = report_lib.XLAReport()
-        self.book = FindingBook(self.report.findings)
-        self.accountant = Accountant(self.report, self.book)
-        self.trial_result = previous_trial
-        self.active = False
+        super().__init__(settings, model, params, previous_trial)
         self._configured = False  # jit_compile applied to the model
         self._clustering = False
         self.functions: StepFunctions | None = None
@@ -82,13 +73,8 @@ class FitRun:
         self.profile = ProfileRun.of(settings, self.report, self.book)
         self._hlo_done = False
         self._cache_before: dict[str, float] = {}
-        self.outputs = FitOutputs(settings, self.report, self.book)
         # The model as the fit found it, put back when it ends (`keep`).
         self.lease: ModelLease | None = None
-        # An epoch is closed once (an interrupt may reach `epoch_end`
-        # again), and a validation run that began is accounted.
-        self._epoch_open = False
-        self._testing = False
 
     def begin(self) -> None:
         s, model = self.settings, self.model
@@ -427,15 +413,7 @@ class FitRun:
         stats = self.accountant.finish_epoch(records)
         self._epoch_open = False
         stats.jit_compile = bool(self.jit_on)
-        # Each stage fails on its own, and the JSON is written first of
-        # the outputs: it is what must survive a crash.
-        stages = [self._label_cache, self._check, self._conclude]
-        if interrupted:  # the user is waiting: no HLO analysis, no lints
-            stages.remove(self._check)
-        for stage in stages:
-            self.outputs.safely(stage.__name__, stage, stats, records)
-        self.outputs.write(stats, records)
-        return summaries.epoch_figures(stats, self.report.hlo)
+        return self._close_epoch(stats, records, interrupted)
 
     def _label_cache(self, stats, records) -> None:
         status = self.settings.cache_status

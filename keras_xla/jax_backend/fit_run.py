@@ -17,14 +17,12 @@ from typing import Any
 
 from keras_xla.auto import memory as decision_memory
 from keras_xla.auto.runner import Decided, Next
-from keras_xla.core import cache_directory, files, lints, render, summaries
+from keras_xla.core import cache_directory, files, lints, render
 from keras_xla.core import findings as codes
 from keras_xla.core import report as report_lib
 from keras_xla.core import verdict as verdict_lib
-from keras_xla.core.accounting import Accountant
-from keras_xla.core.findings import FindingBook
 from keras_xla.core.timing import steady_signature
-from keras_xla.fit_outputs import FitOutputs
+from keras_xla.fit_owner import FitOwner
 from keras_xla.jax_backend import baseline as baseline_lib
 from keras_xla.jax_backend import environment, hlo
 from keras_xla.jax_backend import trial as trial_lib
@@ -44,7 +42,7 @@ _BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 INACTIVE_FIX = "Pass compile_cache a directory you can create."
 
 
-class JaxFitRun:
+class JaxFitRun(FitOwner):
     """The state of one `fit` on JAX and what the tuner does with it.
 
     Args:
@@ -62,15 +60,7 @@ class JaxFitRun:
         params: dict | None,
         previous_trial: tuple | None = None,
     ) -> None:
-        self.settings = settings
-        self.model = model
-        self.params = params or {}
-        self.report = report_lib.XLAReport()
-        self.book = FindingBook(self.report.findings)
-        self.accountant = Accountant(self.report, self.book)
-        self.trial_result = previous_trial
-        self.active = False
-        self.outputs = FitOutputs(settings, self.report, self.book)
+        super().__init__(settings, model, params, previous_trial)
         if self.outputs.writer is not None:
             self.outputs.writer = JaxSummaryWriter(settings.log_dir)
         self.events = CompileEvents()
@@ -83,8 +73,6 @@ class JaxFitRun:
         self._jit_train = None
         # (epoch, first step) of the train calls run without XLA.
         self._no_xla_calls: set[tuple[int, int]] = set()
-        self._epoch_open = False
-        self._testing = False
         self._hlo_done = False
         self._epoch_cache = [0, 0]  # hits, misses
 
@@ -416,13 +404,7 @@ class JaxFitRun:
             self.trial.new_epoch()
         stats = self.accountant.finish_epoch(records)
         stats.jit_compile = bool(self.report.jit and self.report.jit.enabled)
-        stages = [self._label_cache, self._check, self._conclude]
-        if interrupted:
-            stages.remove(self._check)
-        for stage in stages:
-            self.outputs.safely(stage.__name__, stage, stats, records)
-        self.outputs.write(stats, records)
-        return summaries.epoch_figures(stats, self.report.hlo)
+        return self._close_epoch(stats, records, interrupted)
 
     def _label_cache(self, stats, records) -> None:
         section = self.report.compile_cache
