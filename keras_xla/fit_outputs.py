@@ -13,7 +13,7 @@ from typing import Any
 
 from keras_xla.core import files
 from keras_xla.core import findings as codes
-from keras_xla.tf_backend.summaries import SummaryWriter, write_epoch
+from keras_xla.core.summaries import EventWriter, write_epoch
 
 
 class FitOutputs:
@@ -23,12 +23,24 @@ class FitOutputs:
         settings: The tuner's checked arguments.
         report: The fit's `XLAReport`.
         book: The fit's `FindingBook`.
+        writer_class: The backend's `core.summaries.EventWriter`. Defaults
+            to TensorFlow's (`tf_backend.summaries.SummaryWriter`).
     """
 
-    def __init__(self, settings: Any, report: Any, book: Any) -> None:
+    def __init__(
+        self,
+        settings: Any,
+        report: Any,
+        book: Any,
+        writer_class: type[EventWriter] | None = None,
+    ) -> None:
         self.settings, self.report, self.book = settings, report, book
         self.log_dir = settings.log_dir
-        self.writer = SummaryWriter(self.log_dir) if self.log_dir else None
+        if writer_class is None:
+            from keras_xla.tf_backend.summaries import SummaryWriter
+
+            writer_class = SummaryWriter
+        self.writer = writer_class(self.log_dir) if self.log_dir else None
         self.decided = False  # a decision to write at this epoch's end
         self.steps_done = 0  # train steps of the epochs before
         self.pending: list[tuple[str, bytes | str]] = []  # after the JSON

@@ -20,7 +20,8 @@ from keras_xla.fit_outputs import FitOutputs
 
 
 class FitOwner:
-    """The state of one `fit` that does not depend on the backend.
+    """The state of one `fit` that does not depend on the backend; a
+    backend's owner names its TensorBoard writer (`summary_writer`).
 
     Args:
         settings: The tuner's checked arguments (`keras_xla.settings`).
@@ -29,6 +30,9 @@ class FitOwner:
         previous_trial: An earlier fit's trial result with the same
             tuner, or None.
     """
+
+    # The backend's `core.summaries.EventWriter` (None: TensorFlow's).
+    summary_writer: type | None = None
 
     def __init__(
         self,
@@ -45,7 +49,9 @@ class FitOwner:
         self.accountant = Accountant(self.report, self.book)
         self.trial_result = previous_trial
         self.active = False
-        self.outputs = FitOutputs(settings, self.report, self.book)
+        self.outputs = FitOutputs(
+            settings, self.report, self.book, self.summary_writer
+        )
         # An epoch is closed once (an interrupt may reach `epoch_end`
         # again), and a validation run that began is accounted.
         self._epoch_open = False

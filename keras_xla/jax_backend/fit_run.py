@@ -53,6 +53,8 @@ class JaxFitRun(FitOwner):
             passed through as `trial_result`.
     """
 
+    summary_writer = JaxSummaryWriter  # TensorBoard without TensorFlow
+
     def __init__(
         self,
         settings: Any,
@@ -61,8 +63,6 @@ class JaxFitRun(FitOwner):
         previous_trial: tuple | None = None,
     ) -> None:
         super().__init__(settings, model, params, previous_trial)
-        if self.outputs.writer is not None:
-            self.outputs.writer = JaxSummaryWriter(settings.log_dir)
         self.events = CompileEvents()
         self.tap = StepTap(self.events)
         self.log: JaxStepLog | None = None
