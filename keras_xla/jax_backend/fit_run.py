@@ -146,20 +146,17 @@ class JaxFitRun(FitOwner):
         (`self.trial`), or its decision at once (skipped: XLA on)."""
         model = self.model
         s = self.settings
-        memory = None
+        memory_dir = None
         if s.trial_memory:
-            names = [
-                c.name for c in trial_lib.candidates(model.dtype_policy.name)[0]
-            ]
-            where = decision_memory.directory(s.cache_status)
-            memory = decision_memory.DecisionMemory(where, model, names, spe)
+            memory_dir = decision_memory.directory(s.cache_status)
         planned = trial_lib.plan(
             model.dtype_policy.name,
             self.params.get("steps"),
             self.params.get("epochs"),
             spe,
             s.trial_budget,
-            memory=memory,
+            memory_dir=memory_dir,
+            model=model,
         )
         if isinstance(planned, Decided):
             self._settle(planned, True)

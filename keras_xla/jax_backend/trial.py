@@ -81,7 +81,8 @@ def plan(
     spe: int,
     budget: float | int,
     t: policy.Tunables | None = None,
-    memory: DecisionMemory | None = None,
+    memory_dir: str | None = None,
+    model: Any = None,
 ) -> JaxTrialRunner | Decided:
     """The trial's runner for a fit whose first epoch has `epoch_steps`
     steps, or the `Decided` (skipped, XLA on) when there is no room.
@@ -93,10 +94,11 @@ def plan(
         spe: `steps_per_execution`.
         budget: `XLATuner(trial_budget=...)`.
         t: The policy's numbers. Defaults to `policy.TUNABLES`.
-        memory: Decisions remembered across runs (`auto.memory`): an
-            earlier run's for the same model, inputs, hardware and
-            versions ends the trial at its first call. Defaults to
-            `None` (not remembered).
+        memory_dir: Where decisions are remembered across runs
+            (`auto.memory`, keyed by `model`): an earlier run's for the
+            same model, inputs, hardware and versions ends the trial at
+            its first call. Defaults to `None` (not remembered).
+        model: The model being fit (for the memory's key).
     """
     t = t or policy.TUNABLES
     found, default = candidates(policy_name)
@@ -106,7 +108,10 @@ def plan(
         decision = Decision(Status.SKIPPED, None, "", rows)
         decision.reason = f"The XLA/precision trial was skipped: {plan[0]}."
         return Decided(decision, skipped=(decision.reason, plan[1]))
-    if memory is not None:
+    memory = None
+    if memory_dir:
+        names = [c.name for c in found]
+        memory = DecisionMemory(memory_dir, model, names, spe)
         # The likely winner first: a recalled run then never switches.
         likely = memory.likely()
         found.sort(key=lambda c: c.name != likely)
