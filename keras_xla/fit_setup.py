@@ -14,9 +14,9 @@ import dataclasses
 from typing import Any
 
 from keras_xla.auto.policy import AUTO
+from keras_xla.core import cache_directory
 from keras_xla.core.report import JitInfo
 from keras_xla.settings import Settings
-from keras_xla.tf_backend import compile_cache as cache_lib
 from keras_xla.tf_backend import jit as jit_lib
 from keras_xla.tf_backend import precision as precision_lib
 
@@ -57,5 +57,5 @@ def configure(settings: Settings, model: Any) -> Setup:
     findings += s.setup_findings()
     cache = None
     if s.cache_status is not None:
-        cache = cache_lib.start_section(s.cache_status)
+        cache = cache_directory.start_section(s.cache_status)
     return Setup(environment, info, cache, findings)

@@ -19,6 +19,7 @@ import numpy as np
 from keras_xla.auto import memory as decision_memory
 from keras_xla.auto import runner as auto_runner
 from keras_xla.auto.policy import AUTO, validate_budget
+from keras_xla.core.cache_directory import CacheStatus
 from keras_xla.tf_backend import compile_cache as cache_lib
 from keras_xla.tf_backend import flag_guard
 from keras_xla.tf_backend import jit as jit_lib
@@ -50,7 +51,7 @@ class Settings:
     trust_shared_cache: bool
     add_to_logs: bool
     flag_problems: tuple = ()
-    cache_status: cache_lib.CacheStatus | None = None
+    cache_status: CacheStatus | None = None
 
     @classmethod
     def checked(cls, **arguments: Any) -> Settings:

@@ -38,7 +38,6 @@ import shutil
 
 from keras_xla.core import cache_directory
 from keras_xla.core.cache_directory import CacheStatus
-from keras_xla.core.cache_directory import start_section as start_section
 from keras_xla.tf_backend import cache_entries as entries_lib
 from keras_xla.tf_backend import cache_entry, compile_ledger
 

@@ -13,7 +13,6 @@ from keras_xla.core.summaries import (
     STEP_TIME_TAG,
     EventWriter,
 )
-from keras_xla.core.summaries import write_epoch as write_epoch
 from keras_xla.dashboard import metadata
 
 
