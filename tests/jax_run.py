@@ -11,6 +11,7 @@ Usage: python jax_run.py LOG_DIR SCENARIO [SCENARIO ...] [--cache DIR]
 
 import json
 import os
+import re
 import sys
 import warnings
 
@@ -203,11 +204,12 @@ def spe(log_dir):
 
 
 def baseline(log_dir):
-    """64 steps an epoch: the no-XLA baseline windows, and the HLO."""
+    """64 steps an epoch: the no-XLA baseline windows, and the HLO (with
+    a measured peak for the utilization)."""
     model = dense_model()
     x = np.random.rand(512, 4).astype("float32")
     y = np.random.rand(512, 1).astype("float32")
-    tuner = keras_xla.XLATuner(log_dir=log_dir, verbose=0)
+    tuner = keras_xla.XLATuner(log_dir=log_dir, verbose=0, peak_flops="measure")
     start = len(EVENTS)
     model.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[tuner])
     out = summary(tuner, start)
@@ -323,13 +325,12 @@ def settings(log_dir):
         for f in auto.report.findings
         if f.code == "backend-unsupported"
     ]
-    # TensorFlow-only features asked for on JAX: each says so, and the
-    # fit trains as the model was compiled.
+    # A TensorFlow-only feature asked for on JAX says so, and the fit
+    # trains as the model was compiled.
     tf_only = keras_xla.XLATuner(
         log_dir=os.path.join(log_dir, "tf_only"),
         verbose=0,
         baseline=False,
-        mixed_precision="mixed_bfloat16",
         profile_steps=(1, 2),
     )
     start = len(EVENTS)
@@ -414,6 +415,125 @@ def precision(log_dir):
     tuner = keras_xla.XLATuner(verbose=0, baseline=False)
     model.fit(x, y, batch_size=8, verbose=0, callbacks=[tuner])
     return {"codes": tuner.report.finding_codes()}
+
+
+class Watch(keras.callbacks.Callback):
+    """What the model computes in during the fit: the first and last
+    layers' compute dtypes and the optimizer's class, at each epoch's
+    first step."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 0:
+            self.seen.append(state_of(self.model))
+
+
+def state_of(model):
+    return [
+        model.dtype_policy.name,
+        model.layers[0].compute_dtype,
+        model.layers[-1].compute_dtype,
+        type(model.optimizer).__name__,
+    ]
+
+
+def precision_fixed(log_dir):
+    """mixed_precision set on JAX: the model computes in it for the fit
+    (mixed_float16 with loss scaling), and is as it was after it
+    (keep=False); with keep=True the policy stays."""
+    x = np.random.rand(64, 4).astype("float32")
+    y = np.random.rand(64, 1).astype("float32")
+    out = {}
+    for name, keep in (
+        ("mixed_bfloat16", False),
+        ("mixed_float16", False),
+        ("mixed_bfloat16", True),
+    ):
+        model = dense_model()
+        watch = Watch()
+        tuner = keras_xla.XLATuner(
+            log_dir=os.path.join(log_dir, name),
+            verbose=0,
+            baseline=False,
+            mixed_precision=name,
+            keep=keep,
+        )
+        start = len(EVENTS)
+        model.fit(
+            x, y, batch_size=8, epochs=2, verbose=0, callbacks=[tuner, watch]
+        )
+        result = summary(tuner, start)
+        result["during"] = watch.seen
+        result["after"] = state_of(model)
+        result["loss"] = float(model.evaluate(x, y, verbose=0))
+        # The compiled step's own text: what XLA computes in.
+        with open(tuner.report.hlo.text) as f:
+            text = f.read()
+        result["hlo_dtypes"] = sorted(set(re.findall(r"\b(b?f16)\[", text)))
+        out[f"{name}{'_kept' if keep else ''}"] = result
+    return out
+
+
+def precision_auto(log_dir):
+    """mixed_precision="auto" on JAX: the precision trial between float32
+    and the recommended policy (planted: this CPU's recommendation is not
+    the test's to choose), with XLA on, and with jit_compile="auto" too
+    (four candidates). mixed_float16 (without XLA: both candidates run)
+    wraps the optimizer for loss scaling between windows: the fit's state
+    must follow it."""
+    from keras_xla.tf_backend import precision as precision_lib
+
+    real = precision_lib.recommend_policy
+    x = np.random.rand(512, 4).astype("float32")
+    y = np.random.rand(512, 1).astype("float32")
+    out = {}
+    runs = (
+        ("bf16", "mixed_bfloat16", True),
+        ("fp16", "mixed_float16", False),
+        ("both", "mixed_bfloat16", "auto"),
+    )
+    try:
+        for label, recommended, jit in runs:
+            precision_lib.recommend_policy = (
+                lambda devices=None, cpu_flags=None, r=recommended: (r, "test")
+            )
+            model = dense_model()
+            watch = Watch()
+            tuner = keras_xla.XLATuner(
+                verbose=0,
+                jit_compile=jit,
+                mixed_precision="auto",
+                baseline=False,
+                keep=True,
+                trial_memory=False,
+            )
+            start = len(EVENTS)
+            model.fit(
+                x,
+                y,
+                batch_size=8,
+                epochs=2,
+                verbose=0,
+                callbacks=[tuner, watch],
+            )
+            result = summary(tuner, start)
+            decision = tuner.report.decision
+            result["decision"] = decision.to_dict() if decision else None
+            result["during"] = watch.seen
+            result["after"] = state_of(model)
+            result["finite"] = all(
+                bool(np.isfinite(w).all()) for w in model.get_weights()
+            )
+            result["findings"] = [
+                (f.code, f.message) for f in tuner.report.findings
+            ]
+            out[label] = result
+    finally:
+        precision_lib.recommend_policy = real
+    return out
 
 
 def memory_control(log_dir):

@@ -6,6 +6,7 @@ prints the tuner's report beside them.
 """
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -204,6 +205,15 @@ def test_hlo_analysis_adds_no_compilation(fits):
     assert 0 < hlo["fusion_ratio"] <= 1
     # Two dense layers on [8, 4] -> [8, 8] -> [8, 1], forward and back.
     assert hlo["flops_per_step"] > 2 * 8 * 4 * 8
+    # peak_flops="measure": a matmul chain's peak, and the utilization
+    # against it (the chain's compile is not the step's).
+    assert hlo["peak_tflops"] > 0 and hlo["achieved_tflops"] > 0
+    assert hlo["utilization"] == pytest.approx(
+        hlo["achieved_tflops"] / hlo["peak_tflops"], rel=0.01
+    )
+    for entry in hlo["largest_unfused"]:
+        opcode, name, shape = entry.split(" ")
+        assert "[" in shape and name
     assert run_["outside"] == []
     assert run_["truth"]["train"] == 1
     # The module's text, in the log dir as on TensorFlow.
@@ -330,10 +340,8 @@ def test_tensorflow_only_settings_say_so_on_jax(fits):
     found = [f for f in run_["findings"] if f[0] not in LINTS]
     assert [(code, severity) for code, severity, _ in found] == [
         ("backend-unsupported", "warning"),
-        ("backend-unsupported", "warning"),
     ]
-    assert found[0][2].startswith("mixed_precision='mixed_bfloat16'")
-    assert found[1][2].startswith("profile_steps uses TensorFlow's")
+    assert found[0][2].startswith("profile_steps uses TensorFlow's")
     # The model trained as compiled: its policy, XLA on, counted.
     assert run_["policy"] == "float32" and run_["jit"] is True
     assert run_["truth"]["train"] == 0 == counted(run_, "train")
@@ -459,9 +467,91 @@ def test_a_remembered_auto_decision_skips_the_trial_in_a_new_process(
     assert second["truth"]["train"] == 1 == counted(second, "train")
 
 
-def test_precision_checks_run_on_jax(tmp_path):
+@pytest.fixture(scope="module")
+def precision_fits(tmp_path_factory):
+    root = tmp_path_factory.mktemp("jax_precision")
+    return run(root, "precision", "precision_fixed", "precision_auto")
+
+
+def test_precision_checks_run_on_jax(precision_fits):
     # Built under mixed_bfloat16 with a bfloat16 output layer: the same
     # check as on TensorFlow, on JAX's devices, without TensorFlow.
-    out = run(tmp_path, "precision")
+    out = precision_fits
     assert out["tensorflow_imported"] is False
     assert "low-precision-output" in out["precision"]["codes"]
+
+
+def test_a_set_precision_policy_is_applied_for_the_fit(precision_fits):
+    fixed = precision_fits["precision_fixed"]
+    user = ["float32", "float32", "float32", "Adam"]
+    # The layers compute in the policy for the whole fit, the output
+    # layer in float32; the compiled step computes in it (its HLO text).
+    bf16 = fixed["mixed_bfloat16"]
+    during = ["mixed_bfloat16", "bfloat16", "float32", "Adam"]
+    assert bf16["during"] == [during, during]
+    assert "bf16" in bf16["hlo_dtypes"]
+    assert bf16["environment"]["policy"] == "mixed_bfloat16"
+    # One compilation of the step, as a fit in that policy has.
+    assert bf16["truth"]["train"] == 1 == counted(bf16, "train")
+    assert "backend-unsupported" not in bf16["codes"]
+    # mixed_float16 trains with loss scaling, as on TensorFlow.
+    fp16 = fixed["mixed_float16"]
+    during = ["mixed_float16", "float16", "float32", "LossScaleOptimizer"]
+    assert fp16["during"] == [during, during]
+    assert fp16["hlo_dtypes"] == ["f16"]
+    assert "float16-on-cpu" in fp16["codes"]
+    # keep=False: the model is as the fit found it; keep=True keeps it.
+    assert bf16["after"] == user == fp16["after"]
+    kept = fixed["mixed_bfloat16_kept"]["after"]
+    assert kept == ["mixed_bfloat16", "bfloat16", "float32", "Adam"]
+    assert all(math.isfinite(run_["loss"]) for run_ in fixed.values())
+
+
+def test_the_precision_trial_runs_on_jax(precision_fits):
+    auto = precision_fits["precision_auto"]
+    names = {
+        label: [c["name"] for c in run_["decision"]["candidates"]]
+        for label, run_ in auto.items()
+    }
+    assert names == {
+        "bf16": ["xla/float32", "xla/mixed_bfloat16"],
+        "fp16": ["no_xla/float32", "no_xla/mixed_float16"],
+        "both": [
+            "xla/float32",
+            "xla/mixed_bfloat16",
+            "no_xla/float32",
+            "no_xla/mixed_bfloat16",
+        ],
+    }
+    for label, run_ in auto.items():
+        decision = run_["decision"]
+        assert decision["status"] == "decided", label
+        assert decision["default"] == (
+            "no_xla/float32" if label == "fp16" else "xla/float32"
+        )
+        assert run_["finite"] is True
+        assert "backend-unsupported" not in run_["codes"]
+        assert "tuner-error" not in run_["codes"]
+        # keep=True: the winner's policy is the model's after the fit.
+        winner = next(
+            c for c in decision["candidates"] if c["name"] == decision["winner"]
+        )
+        assert run_["after"][0] == winner["policy"]
+        assert run_["environment"]["policy"] == winner["policy"]
+        # JAX's compile events: one jit(train_step) per XLA candidate
+        # that ran (the no-XLA ones compile op by op).
+        ran = [
+            c
+            for c in decision["candidates"]
+            if c["jit_compile"] and c["measured_steps"]
+        ]
+        assert run_["truth"]["train"] == len(ran) == counted(run_, "train")
+    # Switching between float32 and mixed_float16 swaps the optimizer
+    # (loss scaling) between windows: both measured, the fit's state
+    # followed (finite weights, no error), and the user's optimizer is
+    # back when float32 wins.
+    fp16 = auto["fp16"]["decision"]["candidates"]
+    assert all(c["measured_steps"] >= 2 for c in fp16)
+    both = auto["both"]["decision"]["candidates"]
+    measured = [c["name"] for c in both if c["measured_steps"]]
+    assert "no_xla/mixed_bfloat16" in measured

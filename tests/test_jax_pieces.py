@@ -12,6 +12,7 @@ import pytest
 
 pytest.importorskip("jax")
 
+from keras_xla.auto.model_state import ModelState  # noqa: E402
 from keras_xla.core.accounting import Accountant  # noqa: E402
 from keras_xla.core.findings import FindingBook  # noqa: E402
 from keras_xla.core.report import XLAReport  # noqa: E402
@@ -208,7 +209,17 @@ def test_hlo_text_kernels_fusions_and_converts():
         "compute": 4,
         "converts": 1,
         "unfused_converts": 1,
+        # Kernels of one op, largest output first; a single-op fusion
+        # named by its op, as on TensorFlow.
+        "largest_unfused": ["sine sine.0 f32[2]", "convert fusion.1 bf16[2]"],
     }
+    assert hlo.shape_bytes("bf16[64,128]") == 64 * 128 * 2
+    assert hlo.shape_bytes("(f32[2], bf16[2])") == 0  # a tuple
+    assert hlo.shape_bytes("f32[]") == 4  # a scalar
+    # Utilization needs a peak: the user's number, else none on JAX
+    # unless asked to measure.
+    assert hlo.peak_flops(2e12, "float32") == 2e12
+    assert hlo.peak_flops(None, "float32") is None
 
 
 def plan(epoch_steps, epochs=1, budget=0.25, spe=1, enabled=True, jit=True):
@@ -220,8 +231,37 @@ def plan(epoch_steps, epochs=1, budget=0.25, spe=1, enabled=True, jit=True):
     from keras_xla.auto import policy
 
     t = dataclasses.replace(policy.TUNABLES, baseline_warmup_steps=0)
+    original = ModelState(MODEL)
     return baseline.plan(
-        enabled, jit, epoch_steps, spe, "float32", epochs, budget, t
+        enabled, jit, epoch_steps, spe, "float32", epochs, budget, original, t
+    )
+
+
+def tiny_model():
+    import keras
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    return model
+
+
+# The model the runners switch (on the test process's backend): these
+# tests plant the calls' times, so it never trains.
+MODEL = tiny_model()
+
+
+def trial_plan(epoch_steps, budget, jit="auto", precision=None):
+    """The JAX trial's runner (or its `Decided`) for `MODEL`, with the
+    candidates `JaxFitRun` gives it on a CPU without bfloat16."""
+    from keras_xla.auto.policy import Candidate
+    from keras_xla.jax_backend import trial as trial_lib
+    from keras_xla.tf_backend.hardware import DeviceInfo
+
+    cpu = [DeviceInfo("CPU", "cpu:0", None)]
+    found, default = trial_lib.candidates(jit, precision, True, MODEL, cpu)
+    start = Candidate(True, "float32")
+    return trial_lib.plan(
+        found, default, start, ModelState(MODEL), epoch_steps, 1, 1, budget
     )
 
 
@@ -249,7 +289,9 @@ def test_baseline_plan_sizes_the_windows_by_the_trial_policy():
     assert trial.tunables.baseline_steps == policy.TUNABLES.baseline_steps
     # The default plan warms up 20 XLA steps first, where the epoch has
     # room (200 steps: 48 of windows, 20 of warm-up).
-    default = baseline.plan(True, True, 200, 1, "float32", 1, 0.25)
+    default = baseline.plan(
+        True, True, 200, 1, "float32", 1, 0.25, ModelState(MODEL)
+    )
     assert default.warmup == 20 and default.extend_to == 50
     assert [c.name for c in trial.candidates] == [
         "xla/float32",
@@ -277,7 +319,7 @@ def drive_trial(runner, seconds, calls):
 
     records = []
     for call in range(calls):
-        if runner.before_call(None, lambda: records) is Next.DONE:
+        if runner.before_call(MODEL, lambda: records) is Next.DONE:
             break
         records.append(
             StepRecord(
@@ -287,7 +329,7 @@ def drive_trial(runner, seconds, calls):
                 signatures=[(sig(8),)],
             )
         )
-    return runner.finish(None, records), records
+    return runner.finish(MODEL, records), records
 
 
 def drive(runner, seconds, calls):
@@ -371,9 +413,8 @@ def test_cache_rejects_a_file(tmp_path):
 
 def test_jax_trial_settles_on_the_faster_train_function():
     from keras_xla.auto.runner import Decided
-    from keras_xla.jax_backend import trial as trial_lib
 
-    runner = trial_lib.plan("float32", 200, 1, 1, 0.5)
+    runner = trial_plan(200, 0.5)
     assert [c.name for c in runner.trial.candidates] == [
         "xla/float32",
         "no_xla/float32",
@@ -400,17 +441,64 @@ def test_jax_trial_settles_on_the_faster_train_function():
 
 def test_jax_trial_without_room_is_skipped_with_xla_on():
     from keras_xla.auto.runner import Decided
-    from keras_xla.jax_backend import trial as trial_lib
 
-    short = trial_lib.plan("float32", 2, 1, 1, 0.25)
+    short = trial_plan(2, 0.25)
     assert isinstance(short, Decided)
     assert short.decision.status == "skipped" and short.decision.winner is None
     assert "need at least" in short.skipped[0]
-    unknown = trial_lib.plan("float32", None, 1, 1, 0.25)
+    unknown = trial_plan(None, 0.25)
     assert "length is unknown" in unknown.decision.reason
     # A trial that ends undecided trains on with XLA, as Keras's "auto".
-    runner = trial_lib.plan("float32", 200, 1, 1, 0.5)
+    runner = trial_plan(200, 0.5)
     result, _ = drive_trial(runner, lambda candidate, call: 0.003, 2)
     assert result.decision.status == "skipped"
     assert result.skipped[0].startswith("The XLA/precision trial was skipped")
     assert runner.active.jit is True
+
+
+def test_jax_candidates_follow_the_request_on_jaxs_devices():
+    from keras_xla.auto.policy import Candidate
+    from keras_xla.jax_backend import trial as trial_lib
+    from keras_xla.tf_backend.hardware import DeviceInfo
+
+    ampere = [DeviceInfo("GPU", "gpu:0", (8, 0))]
+    volta = [DeviceInfo("GPU", "gpu:0", (7, 0))]
+
+    def names(jit, precision, xla_on, devices):
+        found, default = trial_lib.candidates(
+            jit, precision, xla_on, MODEL, devices
+        )
+        return [c.name for c in found], default.name
+
+    # XLA's candidates first (the fit starts on Keras's jitted step);
+    # the precisions from JAX's devices, as recommend_policy reads them.
+    assert names("auto", "auto", True, ampere) == (
+        [
+            "xla/float32",
+            "xla/mixed_bfloat16",
+            "no_xla/float32",
+            "no_xla/mixed_bfloat16",
+        ],
+        "xla/float32",
+    )
+    assert names(True, "auto", True, volta)[0] == [
+        "xla/float32",
+        "xla/mixed_float16",
+    ]
+    assert names("auto", "mixed_bfloat16", True, volta)[0] == [
+        "xla/mixed_bfloat16",
+        "no_xla/mixed_bfloat16",
+    ]
+    # XLA cannot be on (run_eagerly, or a layer without jit support).
+    assert names("auto", None, False, volta) == (
+        ["no_xla/float32"],
+        "no_xla/float32",
+    )
+    # One candidate: decided at once, nothing to try.
+    found, default = trial_lib.candidates("auto", None, False, MODEL, volta)
+    start = Candidate(False, "float32")
+    single = trial_lib.plan(
+        found, default, start, ModelState(MODEL), 200, 1, 1, 0.5
+    )
+    assert single.decision.status == "single-candidate"
+    assert single.decision.winner == "no_xla/float32"

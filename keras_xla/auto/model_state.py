@@ -14,11 +14,9 @@ from keras_xla.tf_backend import precision as precision_lib
 class ModelState:
     """A model's precision and XLA settings: layer policies, the model's
     policy, its optimizer (loss scaling), `jit_compile`, and whether
-    auto-clustering is on (`set_jit`, process-wide)."""
+    auto-clustering is on (`set_jit`, process-wide; TensorFlow only)."""
 
     def __init__(self, model: Any) -> None:
-        import tensorflow as tf
-
         self.layers = [
             (layer, layer.dtype_policy)
             for layer in model._flatten_layers(include_self=False)
@@ -26,11 +24,9 @@ class ModelState:
         self.policy = model.dtype_policy
         self.optimizer = getattr(model, "optimizer", None)
         self.jit = model.jit_compile
-        self.set_jit = tf.config.optimizer.get_jit() == "autoclustering"
+        self.set_jit = _clustering()
 
     def restore(self, model: Any) -> None:
-        import tensorflow as tf
-
         for layer, policy in self.layers:
             if layer.dtype_policy is not policy:
                 layer.dtype_policy = policy
@@ -42,8 +38,21 @@ class ModelState:
             if "optimizer" in (getattr(config, "config", None) or {}):
                 config.config["optimizer"] = self.optimizer
         jit_lib.set_xla(model, self.jit)
-        if self.set_jit != (tf.config.optimizer.get_jit() == "autoclustering"):
+        if self.set_jit is not None and self.set_jit != _clustering():
+            import tensorflow as tf
+
             tf.config.optimizer.set_jit(self.set_jit)
+
+
+def _clustering() -> bool | None:
+    """Whether auto-clustering is on (`set_jit`); None off TensorFlow."""
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        return None
+    import tensorflow as tf
+
+    return tf.config.optimizer.get_jit() == "autoclustering"
 
 
 def plan_candidates(
@@ -52,6 +61,7 @@ def plan_candidates(
     xla_possible: bool,
     model: Any,
     clustering: bool = False,
+    devices: Any = None,
 ) -> tuple[list[Candidate], Candidate]:
     """The candidates for the requested `jit` and `precision` ("auto", or
     a fixed value applied to all), and Keras's default configuration
@@ -59,14 +69,16 @@ def plan_candidates(
     is `configure_jit`'s verdict for the request (`True` for "auto").
     With `clustering` (the user turned auto-clustering on with `set_jit`
     and it acts here) and `jit="auto"`, auto-clustering is a candidate
-    too, between no XLA and `jit_compile`, and no XLA turns it off."""
+    too, between no XLA and `jit_compile`, and no XLA turns it off.
+    `devices` are those `recommend_policy` reads (`DeviceInfo`s; by
+    default TensorFlow's)."""
     if jit == AUTO:
         jits = [False, True] if xla_possible else [False]
     else:  # configure_jit applied the request where it can work
         jits = [bool(xla_possible)]
     current = model.dtype_policy.name
     if precision == AUTO:
-        recommended, _ = precision_lib.recommend_policy()
+        recommended, _ = precision_lib.recommend_policy(devices)
         policies = list(dict.fromkeys(["float32", recommended]))
     else:
         policies = [

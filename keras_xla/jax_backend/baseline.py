@@ -5,39 +5,24 @@ while that range is not useful are the TensorFlow side's: an
 `auto.trial.Trial` of two candidates (the model's policy with XLA, and
 without) sized by `auto.policy`'s tunables, run by
 `auto.runner.TrialRunner` (as `jax_backend.trial.JaxRunner`). What
-differs is the switch: on JAX a candidate is a train function, not a
-model setting. The no-XLA function is Keras's own (`jit_compile=False`,
-`make_train_function(force=True)`), built once; the model's jitted
-function is kept aside and put back, so XLA compiles nothing again.
-The owner (`JaxFitRun`) puts the runner's `active` candidate's function
-on the model.
+differs is the switch: on JAX a candidate is a train function as well as
+a model setting. The no-XLA function is Keras's own (`jit_compile=False`,
+`make_train_function(force=True)`), built once by the owner
+(`JaxFitRun`), which puts the runner's `active` candidate's function on
+the model; the model's jitted function is kept aside and put back, so
+XLA compiles nothing again.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from keras_xla.auto import policy
+from keras_xla.auto.model_state import ModelState
 from keras_xla.auto.policy import Candidate
 from keras_xla.auto.trial import Trial, baseline_trial
 from keras_xla.core.report import BaselineSection
 from keras_xla.jax_backend.trial import JaxRunner
-from keras_xla.tf_backend import jit as jit_lib  # (no TensorFlow)
 
 ENDED_REASON = "the fit ended during the no-XLA baseline window"
-
-
-def build_no_jit(model: Any) -> Any:
-    """Keras's train function without XLA for `model`, leaving the
-    model's own (jitted) train function and setting in place."""
-    own, setting = model.train_function, model.jit_compile
-    try:
-        jit_lib.set_xla(model, False)
-        model.make_train_function(force=True)
-        return model.train_function
-    finally:
-        jit_lib.set_xla(model, setting)
-        model.train_function = own
 
 
 class BaselineRunner(JaxRunner):
@@ -46,11 +31,14 @@ class BaselineRunner(JaxRunner):
 
     Args:
         trial: The baseline's windows (XLA first, then no XLA).
+        original: The model's state as the fit set it up.
         keep: The candidate that trains after the windows (XLA on).
     """
 
-    def __init__(self, trial: Trial, keep: Candidate) -> None:
-        super().__init__(trial, keep=keep)
+    def __init__(
+        self, trial: Trial, original: ModelState, keep: Candidate
+    ) -> None:
+        super().__init__(trial, original, keep=keep)
 
 
 def plan(
@@ -61,6 +49,7 @@ def plan(
     policy_name: str,
     epochs: int | None,
     budget: float | int,
+    original: ModelState,
     t: policy.Tunables | None = None,
 ) -> BaselineRunner | BaselineSection:
     """The baseline's runner for a fit whose first epoch has
@@ -82,6 +71,7 @@ def plan(
     if isinstance(schedule, str):
         return BaselineSection(reason=schedule)
     trial, keep = baseline_trial(policy_name, schedule, spe, t)
-    runner = BaselineRunner(trial, keep)
+    runner = BaselineRunner(trial, original, keep)
     runner.apply(schedule)
+    runner.active = keep  # the fit's own configuration, as set up
     return runner

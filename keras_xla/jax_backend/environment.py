@@ -9,20 +9,6 @@ from keras_xla.core import findings as codes
 from keras_xla.core.report import JitInfo
 from keras_xla.tf_backend import jit as jit_lib  # (no TensorFlow)
 
-AUTO = "auto"
-# Arguments whose TensorFlow machinery has no JAX counterpart yet. The
-# XLA on/off trial (`jit_compile="auto"`) runs on JAX (`trial.py`); the
-# precision trial does not.
-AUTO_TF_ONLY = (
-    "XLATuner(mixed_precision='auto') (the live precision trial) runs on "
-    "the TensorFlow backend only for now; on JAX the fit trains with the "
-    "model's own policy"
-)
-AUTO_FIX = (
-    "Pass mixed_precision=None, or set the policy with "
-    "keras.mixed_precision.set_dtype_policy before building the model."
-)
-
 
 def describe_environment(model: Any) -> dict:
     """Versions, devices, distribution and policy, for the report."""
@@ -143,8 +129,6 @@ def tf_only_findings(model: Any, settings: Any) -> list[tuple]:
     tuner was asked for (`backend-unsupported`, one place each)."""
     unsupported = codes.BACKEND_UNSUPPORTED
     out = []
-    if settings.mixed_precision == AUTO:
-        out.append((unsupported, AUTO_TF_ONLY + ".", AUTO_FIX, ("auto",)))
     if getattr(model, "_keras_xla_native_probe", False):
         out.append(
             (
@@ -154,19 +138,6 @@ def tf_only_findings(model: Any, settings: Any) -> list[tuple]:
                 "Use keras.Model on JAX (Keras's JAX trainer already "
                 "compiles the whole step).",
                 ("XLAModel",),
-            )
-        )
-    if settings.mixed_precision not in (None, AUTO):
-        out.append(
-            (
-                unsupported,
-                f"mixed_precision={settings.mixed_precision!r} is applied "
-                "to the live model on the TensorFlow backend only for now: "
-                "on JAX the fit trains with the model's own policy "
-                f"({model.dtype_policy.name}).",
-                "Call keras.mixed_precision.set_dtype_policy("
-                f"{settings.mixed_precision!r}) before building the model.",
-                ("mixed_precision",),
             )
         )
     if settings.profile_steps:

@@ -16,6 +16,8 @@ import weakref
 from typing import Any
 
 from keras_xla.auto import memory as decision_memory
+from keras_xla.auto.model_state import ModelState, configure
+from keras_xla.auto.policy import AUTO, Candidate
 from keras_xla.auto.runner import Decided, Next
 from keras_xla.core import cache_directory, files, lints, render
 from keras_xla.core import findings as codes
@@ -32,12 +34,13 @@ from keras_xla.jax_backend.summaries import JaxSummaryWriter
 from keras_xla.jax_backend.tap import StepTap, untapped
 from keras_xla.jax_backend.trial import JaxRunner
 from keras_xla.tf_backend import jit as jit_lib  # (no TensorFlow)
+from keras_xla.tf_backend import precision as precision_lib  # (the same)
 
 logger = logging.getLogger(__name__)
 
-# Step functions built for a model's XLA setting, kept across fits so a
-# second fit with the same setting compiles nothing again (a rebuilt
-# `jax.jit` compiles every shape afresh).
+# Step functions built for a model's XLA setting and precision, kept
+# across fits so a second fit with the same configuration compiles
+# nothing again (a rebuilt `jax.jit` compiles every shape afresh).
 _BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 INACTIVE_FIX = "Pass compile_cache a directory you can create."
 
@@ -69,8 +72,12 @@ class JaxFitRun(FitOwner):
         # The baseline's windows, or `jit_compile="auto"`'s trial.
         self.trial: JaxRunner | None = None
         self._user: dict[str, Any] = {}
-        self._no_jit = None
-        self._jit_train = None
+        self._user_state: ModelState | None = None
+        # The configuration the fit set up, and its train function
+        # (Keras's own, unless the tuner changed the configuration).
+        self._start: Candidate | None = None
+        self._start_train = None
+        self._start_test = None
         # (epoch, first step) of the train calls run without XLA.
         self._no_xla_calls: set[tuple[int, int]] = set()
         self._hlo_done = False
@@ -82,13 +89,22 @@ class JaxFitRun(FitOwner):
         s, model = self.settings, self.model
         self.events.install()
         self._user = {
-            "jit_compile": model.jit_compile,
             "train_function": model.train_function,
             "test_function": model.test_function,
         }
+        self._user_state = ModelState(model)
+        changed = False
+        if s.mixed_precision not in (None, AUTO):
+            wanted = precision_lib.float_policy(s.mixed_precision).name
+            if model.dtype_policy.name != wanted:
+                precision_lib.apply_policy(model, wanted)
+                changed = True
         self.report.environment = environment.describe_environment(model)
-        requested = None if s.jit_compile == environment.AUTO else s.jit_compile
-        info, finding, changed = environment.configure_jit(model, requested)
+        # "auto" asks for XLA on, as on TensorFlow: the trial turns it off
+        # where it loses.
+        requested = True if s.jit_compile == AUTO else s.jit_compile
+        info, finding, jit_changed = environment.configure_jit(model, requested)
+        info.requested = s.jit_compile
         self.report.jit = info
         if finding is not None:
             if s.strict and s.jit_compile is True:
@@ -98,17 +114,21 @@ class JaxFitRun(FitOwner):
             self.book.add(code, message, fix, place)
         for code, message, fix, place in environment.precision_findings(model):
             self.book.add(code, message, fix, place)
-        if changed or model.train_function is None:
-            self._build_functions()
+        jit = bool(model.jit_compile) and not model.run_eagerly
+        self._start = Candidate(jit, model.dtype_policy.name)
+        if changed or jit_changed or model.train_function is None:
+            functions = self._built(bool(model.jit_compile), self._start.policy)
+            model.train_function, model.test_function = functions
         if model.test_function is None:
             model.make_test_function()
+        self._start_test = model.test_function
         if s.cache_status is not None:
             self._start_cache(s.cache_status)
         spe = int(model.steps_per_execution or 1)
         self.log = JaxStepLog(spe, self.tap, tracker_of(model))
         self.tap.error_handler = self._step_failed
-        self._jit_train = untapped(model.train_function)
-        if s.jit_compile == environment.AUTO and self.report.jit.enabled:
+        self._start_train = untapped(model.train_function)
+        if AUTO in (s.jit_compile, s.mixed_precision):
             self._plan_trial(spe)
         else:
             self._plan_baseline(spe)
@@ -122,18 +142,19 @@ class JaxFitRun(FitOwner):
         s, model = self.settings, self.model
         planned = baseline_lib.plan(
             bool(s.baseline),
-            bool(self.report.jit.enabled),
+            self._start.jit,
             self.params.get("steps"),
             spe,
             model.dtype_policy.name,
             self.params.get("epochs"),
             s.trial_budget,
+            ModelState(model),
         )
         if isinstance(planned, report_lib.BaselineSection):
             self.report.baseline = planned
             return
         try:
-            self._no_jit = baseline_lib.build_no_jit(model)
+            self._built(False, self._start.policy)
         except Exception as error:  # noqa: BLE001
             self.report.baseline = report_lib.BaselineSection(
                 reason=f"the no-XLA step could not be built: {error}"
@@ -142,15 +163,25 @@ class JaxFitRun(FitOwner):
         self.trial = planned
 
     def _plan_trial(self, spe: int) -> None:
-        """`jit_compile="auto"`: the XLA on/off trial's runner
-        (`self.trial`), or its decision at once (skipped: XLA on)."""
-        model = self.model
-        s = self.settings
+        """`jit_compile="auto"` or `mixed_precision="auto"`: the trial's
+        runner (`self.trial`), or its decision at once (one candidate, or
+        skipped: the fit's own configuration trains)."""
+        s, model = self.settings, self.model
         memory_dir = None
         if s.trial_memory:
             memory_dir = decision_memory.directory(s.cache_status)
+        found, default = trial_lib.candidates(
+            s.jit_compile,
+            s.mixed_precision,
+            self._start.jit,
+            model,
+            environment.device_infos(),
+        )
         planned = trial_lib.plan(
-            model.dtype_policy.name,
+            found,
+            default,
+            self._start,
+            self._user_state,
             self.params.get("steps"),
             self.params.get("epochs"),
             spe,
@@ -159,46 +190,79 @@ class JaxFitRun(FitOwner):
             model=model,
         )
         if isinstance(planned, Decided):
-            self._settle(planned, True)
+            chosen = self._start if planned.skipped else found[0]
+            if chosen != self._start:
+                configure(model, self._user_state, chosen)
+            self._settle(planned, chosen)
             return
         try:
-            self._no_jit = baseline_lib.build_no_jit(model)
+            for candidate in found:
+                self._built(candidate.jit, candidate.policy)
         except Exception as error:  # noqa: BLE001
             _, decision = planned.trial.decide()
-            problem = f"the no-XLA step could not be built: {error}"
-            fix = "Pass jit_compile=True or False."
+            problem = f"a candidate's step could not be built: {error}"
+            fix = "Pass jit_compile and mixed_precision without 'auto'."
             settled = planned.settle(model, None, decision, (problem, fix))
-            self._settle(settled, True)
+            self._settle(settled, self._start)
             return
+        planned.switch(model, found[0])
+        self._put_functions(found[0])
         self.trial = planned
 
-    def _settle(self, decided: Decided, jit: bool) -> None:
-        """The trial's decision in the report; the model's XLA setting
-        is the winner's (`jit`), whose train function trains on."""
+    def _settle(self, decided: Decided, chosen: Candidate) -> None:
+        """The trial's decision in the report; the model is in `chosen`'s
+        configuration, whose step functions train on."""
         self.report.decision = decided.decision
         if decided.skipped is not None:
             self.book.add(codes.TRIAL_SKIPPED, *decided.skipped)
         self.report.jit = report_lib.JitInfo(
-            self.settings.jit_compile, jit, decided.jit_reason()
+            self.settings.jit_compile, chosen.jit, decided.jit_reason()
         )
-        if bool(self.model.jit_compile) != jit:
-            jit_lib.set_xla(self.model, jit)
+        self.report.environment["policy"] = self.model.dtype_policy.name
+        self._put_functions(chosen)
         self.outputs.decided = True
 
-    def _build_functions(self) -> None:
-        """The step functions of the model's XLA setting: built once per
-        model and setting, then reused by later fits."""
+    def _built(self, jit: bool, policy: str) -> tuple[Any, Any]:
+        """Keras's train and test functions for the model with XLA `jit`
+        in precision `policy`, built once per model and configuration and
+        reused by later fits. Building compiles nothing: a jitted step
+        traces at its first call, in the layers' policies then (the
+        trial's `switch` puts the model in a candidate's before its
+        function runs)."""
         model = self.model
-        key = (bool(model.jit_compile), int(model.steps_per_execution or 1))
+        key = (jit, int(model.steps_per_execution or 1), policy)
         try:
             built = _BUILT.setdefault(model, {})
         except TypeError:
             built = {}
         if key not in built:
-            model.make_train_function(force=True)
-            model.make_test_function(force=True)
-            built[key] = (model.train_function, model.test_function)
-        model.train_function, model.test_function = built[key]
+            own = model.train_function, model.test_function, model.jit_compile
+            try:
+                jit_lib.set_xla(model, jit)
+                model.make_train_function(force=True)
+                model.make_test_function(force=True)
+                built[key] = (model.train_function, model.test_function)
+            finally:
+                model.train_function, model.test_function = own[:2]
+                jit_lib.set_xla(model, own[2])
+        return built[key]
+
+    def _put_functions(self, candidate: Candidate) -> None:
+        """`candidate`'s train function on the model (tapped), and the
+        test function of its precision (with the fit's XLA setting)."""
+        model, start = self.model, self._start
+        if candidate == start:
+            train = self._start_train
+        else:
+            train = self._built(candidate.jit, candidate.policy)[0]
+        if candidate.policy == start.policy:
+            test = untapped(self._start_test)
+        else:
+            test = self._built(start.jit, candidate.policy)[1]
+        if untapped(model.train_function) is not train:
+            model.train_function = self.tap.wrap("train", train)
+        if untapped(model.test_function) is not test:
+            model.test_function = self.tap.wrap("test", test)
 
     def _start_cache(self, status) -> None:
         self.report.compile_cache = cache_directory.start_section(status)
@@ -222,20 +286,18 @@ class JaxFitRun(FitOwner):
         return render.summary(self.report)
 
     def _leave_model(self) -> None:
-        """The step functions untapped; the user's XLA setting and
-        functions back unless `keep`."""
+        """The step functions untapped; the user's configuration (XLA,
+        precision) and step functions back unless `keep`."""
         model = self.model
-        # The trial's no-XLA winner, else the model's own train function.
-        won = None if model.jit_compile else self._no_jit
-        trained = won or self._jit_train
-        model.train_function = trained or untapped(model.train_function)
+        model.train_function = untapped(model.train_function)
         model.test_function = untapped(model.test_function)
         keep = bool(self.settings.keep)
-        if not keep and self._user:
-            if bool(self._user["jit_compile"]) != bool(model.jit_compile):
-                jit_lib.set_xla(model, self._user["jit_compile"])
-                model.train_function = self._user["train_function"]
-                model.test_function = self._user["test_function"]
+        if not keep and self._user_state is not None:
+            if model.optimizer is not self._user_state.optimizer:
+                model.jax_state_sync()  # into the variables both share
+            self._user_state.restore(model)
+            model.train_function = self._user["train_function"]
+            model.test_function = self._user["test_function"]
         if self.report.jit is not None:
             self.report.jit.kept = keep
 
@@ -292,31 +354,21 @@ class JaxFitRun(FitOwner):
             return
         if not runner.active.jit:
             self._no_xla_calls.add((self.accountant.epoch, batch))
-        self._put_train_function(runner.active.jit)
-
-    def _put_train_function(self, jit: bool) -> None:
-        """The jitted train function, or Keras's no-jit one, on the
-        model (tapped)."""
-        fn = self._jit_train if jit else self._no_jit
-        if fn is not None and untapped(self.model.train_function) is not fn:
-            self.model.train_function = self.tap.wrap("train", fn)
+        self._put_functions(runner.active)
 
     def _finish_trial(self, abandoned: bool = False) -> None:
         """The windows are over (or the fit ended in them): the
-        baseline's section, or the trial's decision; the train function
+        baseline's section, or the trial's decision; the step functions
         of XLA (or of the trial's winner) from now on."""
         runner, self.trial = self.trial, None
         if abandoned:
             result = None
         else:
             result = runner.finish(self.model, self.log.collect("train"))
-        jit = runner.active.jit if isinstance(result, Decided) else True
-        self._put_train_function(jit)
-        if jit:
-            self._no_jit = None
         if isinstance(result, Decided):
-            self._settle(result, jit)
-        elif result is not None:
+            self._settle(result, runner.active)  # the winner, or fallback
+            return
+        if result is not None:  # the baseline measured: XLA trains on
             self.report.baseline = result.baseline
         elif runner.keep is not None:
             self.report.baseline = report_lib.BaselineSection(
@@ -329,6 +381,9 @@ class JaxFitRun(FitOwner):
                 "chosen, and the model is left as you compiled it.",
                 "Let the fit run past the trial's steps.",
             )
+        chosen = runner.keep or self._start
+        runner.switch(self.model, chosen)
+        self._put_functions(chosen)
 
     def _end_train_calls(self, interrupted: bool = False) -> None:
         """Validation or the epoch's end: the baseline ends with the
@@ -493,9 +548,17 @@ class JaxFitRun(FitOwner):
             )
         median = stats.step_time_ms["median"]
         if median and section.flops_per_step:
-            section.achieved_tflops = round(
-                section.flops_per_step / (median / 1000.0) / 1e12, 6
-            )
+            achieved = section.flops_per_step / (median / 1000.0)
+            section.achieved_tflops = round(achieved / 1e12, 6)
+            dtype = self.model.dtype_policy.compute_dtype
+            try:
+                peak = hlo.peak_flops(s.peak_flops, dtype)
+            except Exception as error:  # noqa: BLE001 - a diagnostic
+                peak = None
+                logger.info("No peak FLOP/s on JAX: %s", error)
+            if peak:
+                section.peak_tflops = round(peak / 1e12, 6)
+                section.utilization = round(achieved / peak, 4)
         self.report.hlo = section
 
     def _conclude(self, stats, records) -> None:

@@ -346,9 +346,11 @@ def _add_loss_scale(model: Any) -> None:
         optimizer, name="loss_scale_optimizer"
     )
     if optimizer.built:
-        # Build now, in the model's strategy, next to the inner optimizer's
-        # variables (which a second build keeps).
-        with model.distribute_strategy.scope():
+        # Build now, in the model's strategy (TensorFlow), next to the
+        # inner optimizer's variables (which a second build keeps).
+        strategy = getattr(model, "distribute_strategy", None)
+        scope = strategy.scope() if strategy else contextlib.nullcontext()
+        with scope:
             wrapped.build(model.trainable_variables)
     model.optimizer = wrapped
     config = getattr(model, "_compile_config", None)
