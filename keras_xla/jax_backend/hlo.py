@@ -8,6 +8,8 @@ gives the FLOPs and whose `as_text()` gives the optimized module. The
 module's kernels are counted from the text: each instruction of the entry
 computation (and of the computations its loops and calls run) that does
 work is one kernel; a `fusion` runs the ops of its fused computation.
+A kernel that runs one compute op is unfused; the largest by output bytes
+are listed, as on TensorFlow.
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ _INSTRUCTION = re.compile(
     r"\s+([\w\-]+)\("
 )
 _CALLED = re.compile(r"(?:calls|body|condition|to_apply)=%?([\w.\-]+)")
+_ARRAY = re.compile(r"^([a-z]+\d*)\[([\d,]*)\]")
+# Bytes per element of HLO's element types.
+ELEMENT_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2}
+ELEMENT_BYTES |= {"bf16": 2, "s32": 4, "u32": 4, "f32": 4, "s64": 8}
+ELEMENT_BYTES |= {"u64": 8, "f64": 8, "c64": 8, "c128": 16}
 
 
 # Where the module's text goes in the log dir (as on TensorFlow).
@@ -77,7 +84,7 @@ def state_specs(model: Any, sharded: bool) -> Any:
 
 def parse_computations(text: str) -> tuple[str | None, dict[str, list]]:
     """The entry computation's name and each computation's instructions
-    as `(opcode, called computations)`."""
+    as `(opcode, called computations, name, shape)`."""
     computations: dict[str, list] = {}
     entry, current = None, None
     for line in text.splitlines():
@@ -93,7 +100,12 @@ def parse_computations(text: str) -> tuple[str | None, dict[str, list]]:
         match = _INSTRUCTION.match(line)
         if match:
             computations[current].append(
-                (match.group(3), _CALLED.findall(line))
+                (
+                    match.group(3),
+                    _CALLED.findall(line),
+                    match.group(1),
+                    re.sub(r"\{[^}]*\}", "", match.group(2)),
+                )
             )
     return entry, computations
 
@@ -104,7 +116,7 @@ def count_kernels(text: str) -> dict:
 
     def ops(name: str, seen: frozenset = frozenset()) -> int:
         total = 0
-        for opcode, called in computations.get(name, ()):
+        for opcode, called, _, _ in computations.get(name, ()):
             if opcode == "fusion":
                 total += sum(ops(c, seen | {name}) for c in called)
             elif opcode not in NO_OP_OPCODES:
@@ -113,9 +125,22 @@ def count_kernels(text: str) -> dict:
 
     counts = {"kernels": 0, "fusions": 0, "fused": 0, "compute": 0}
     counts.update(converts=0, unfused_converts=0)
+    unfused: list[tuple[int, str]] = []
+
+    def alone(opcode: str, called: list, name: str, shape: str) -> None:
+        """A kernel of one compute op (a single-op fusion: its op's)."""
+        if opcode == "fusion":
+            inner = [
+                op
+                for c in called
+                for op, _, _, _ in computations.get(c, ())
+                if op not in NO_OP_OPCODES
+            ]
+            opcode = inner[0] if inner else opcode
+        unfused.append((shape_bytes(shape), f"{opcode} {name} {shape}"))
 
     def visit(name: str, seen: frozenset) -> None:
-        for opcode, called in computations.get(name, ()):
+        for opcode, called, label, shape in computations.get(name, ()):
             if opcode in CONTROL_FLOW_OPCODES:
                 for c in called:
                     if c not in seen:
@@ -130,7 +155,7 @@ def count_kernels(text: str) -> dict:
                 converts = sum(
                     1
                     for c in called
-                    for op, _ in computations.get(c, ())
+                    for op, _, _, _ in computations.get(c, ())
                     if op == "convert"
                 )
                 counts["converts"] += converts
@@ -139,7 +164,9 @@ def count_kernels(text: str) -> dict:
                     counts["fused"] += inside
                 else:
                     counts["unfused_converts"] += converts
+                    alone(opcode, called, label, shape)
             else:
+                alone(opcode, called, label, shape)
                 counts["compute"] += 1
                 if opcode == "convert":
                     counts["converts"] += 1
@@ -147,7 +174,69 @@ def count_kernels(text: str) -> dict:
 
     if entry is not None:
         visit(entry, frozenset({entry}))
+    unfused.sort(key=lambda found: found[0], reverse=True)
+    counts["largest_unfused"] = [text for _, text in unfused[:TOP_UNFUSED]]
     return counts
+
+
+TOP_UNFUSED = 5  # entries in `largest_unfused`, as on TensorFlow
+
+
+def shape_bytes(shape: str) -> int:
+    """Bytes of an HLO array shape's text (`"f32[16,8]"`); 0 for a tuple
+    or a token."""
+    match = _ARRAY.match(shape)
+    if match is None:
+        return 0
+    size = ELEMENT_BYTES.get(match.group(1), 0)
+    for dim in filter(None, match.group(2).split(",")):
+        size *= int(dim)
+    return size
+
+
+# Peak FLOP/s measured in this process, by dtype (`peak_flops`).
+_PEAKS: dict[str, float] = {}
+
+
+def peak_flops(setting: Any, dtype: str) -> float | None:
+    """The peak for the utilization figure: `XLATuner(peak_flops=...)`'s
+    number, or with `"measure"` a matmul chain's FLOP/s in `dtype` under
+    `jax.jit` (one small compilation, once per process); None otherwise
+    (the peak TensorFlow's probe keeps on disk is TensorFlow's)."""
+    if setting != "measure":
+        return float(setting) if setting else None
+    if dtype not in _PEAKS:
+        _PEAKS[dtype] = measure_peak_flops(dtype)
+    return _PEAKS[dtype]
+
+
+def measure_peak_flops(
+    dtype: str, size: int = 512, matmuls: int = 8, repeats: int = 5
+) -> float:
+    """Matmul FLOP/s this device reaches in `dtype` under XLA: a chain of
+    `matmuls` `[size, size]` products, its fastest of `repeats` runs
+    after the compiling one (TensorFlow's probe, on JAX)."""
+    import jax
+    import jax.numpy as jnp
+
+    scale = 1.0 / size**0.5  # chained products keep their magnitude
+    keys = jax.random.split(jax.random.PRNGKey(0))
+    a = (jax.random.normal(keys[0], (size, size)) * scale).astype(dtype)
+    b = (jax.random.normal(keys[1], (size, size)) * scale).astype(dtype)
+
+    @jax.jit
+    def chain(x, w):
+        for _ in range(matmuls):
+            x = jnp.matmul(x, w)
+        return x
+
+    chain(a, b).block_until_ready()  # compiles
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        chain(a, b).block_until_ready()
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 * matmuls / best
 
 
 def analyze(
@@ -177,7 +266,7 @@ def analyze(
         converts=counts["converts"],
         unfused_converts=counts["unfused_converts"],
         flops_per_step=flops,
-        largest_unfused=[],
+        largest_unfused=counts["largest_unfused"],
         achieved_tflops=None,
         peak_tflops=None,
         utilization=None,
