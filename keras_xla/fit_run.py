@@ -70,6 +70,9 @@ class FitRun(FitOwner):
         self.functions: StepFunctions | None = None
         self.log: StepLog | None = None
         self.trial: auto_runner.TrialRunner | None = None
+        # The optimizer's step count before a no-XLA baseline call in an
+        # epoch of unknown length (None once the call ended).
+        self._count_before: int | None = None
         self.profile = ProfileRun.of(settings, self.report, self.book)
         self._hlo_done = False
         self._cache_before: dict[str, float] = {}
@@ -263,6 +266,25 @@ class FitRun(FitOwner):
             self._finish_trial()
         elif outcome is auto_runner.Next.SWITCHED:
             self._prepare_functions(("train",))
+        runner = self.trial
+        if runner is not None and runner.unknown_length:
+            if not runner.active.jit:
+                self._count_before = step_count(self.model)
+
+    def _give_back_step_count(self) -> None:
+        """The data ended in a no-XLA call of the baseline (an epoch of
+        unknown length): Keras's end-of-data call of a train function
+        without XLA advanced the optimizer's step count though it trained
+        nothing (`auto.runner.plan_baseline`); the count goes back to
+        what it was before that call, as training without the tuner
+        leaves it."""
+        before, self._count_before = self._count_before, None
+        if before is None:
+            return
+        count = self.model.optimizer.iterations
+        if int(count.numpy()) != before:
+            count.assign(before)
+            logger.info("Gave back the end-of-data call's optimizer step.")
 
     def _finish_trial(self) -> None:
         runner, self.trial = self.trial, None
@@ -310,6 +332,7 @@ class FitRun(FitOwner):
         epoch, is not the step's)."""
         if self.active:
             self.log.end(time.perf_counter())
+            self._count_before = None  # the call trained: it ended
 
     # Epochs and validation runs.
 
@@ -356,6 +379,9 @@ class FitRun(FitOwner):
         """Validation or the epoch's end: the train calls so far are
         collected; the trial ends with them unless it spans epochs (an
         interrupted fit's trial ends undecided)."""
+        if interrupted:
+            self._count_before = None  # a failed call: left as it is
+        self._give_back_step_count()
         self.log.close(self.counting)
         records = self.log.collect("train", self.counting)
         if interrupted:
@@ -526,3 +552,10 @@ class FitRun(FitOwner):
             variant = self.functions.active(function)
             if variant is not None and variant.config != config:
                 self.functions.prepare(self.model, function, config, None)
+
+
+def step_count(model: Any) -> int | None:
+    """The optimizer's step count (`iterations`), or None without one."""
+    optimizer = getattr(model, "optimizer", None)
+    count = getattr(optimizer, "iterations", None)
+    return None if count is None else int(count.numpy())

@@ -217,6 +217,30 @@ def baseline(log_dir):
     return out
 
 
+def unknown_length(log_dir):
+    """A single epoch of a generator (length unknown to Keras): the
+    baseline runs in it; 90 steps hold its windows, 33 end inside the
+    first no-XLA window."""
+
+    def batches(n):
+        rng = np.random.RandomState(0)
+        for _ in range(n):
+            x = rng.rand(8, 4).astype("float32")
+            yield x, rng.rand(8, 1).astype("float32")
+
+    out = {}
+    for n in (90, 33):
+        model = dense_model()
+        tuner = keras_xla.XLATuner(verbose=0)
+        start = len(EVENTS)
+        model.fit(batches(n), epochs=1, verbose=0, callbacks=[tuner])
+        result = summary(tuner, start)
+        result["iterations"] = int(model.optimizer.iterations)
+        result["steps_param"] = tuner.params.get("steps")
+        out[str(n)] = result
+    return out
+
+
 class StopAt(keras.callbacks.Callback):
     """Raises at a train batch's end: a fit interrupted there."""
 

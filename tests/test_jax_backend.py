@@ -50,6 +50,7 @@ def fits(tmp_path_factory):
     cache = root / "cache"
     scenarios = ("partial", "padded", "spe", "baseline", "settings")
     scenarios += ("baseline_edges", "xla_model", "auto_trial", "cache")
+    scenarios += ("unknown_length",)
     first = run(root / "one", *scenarios, cache=cache)
     second = run(root / "two", "cache", cache=cache)
     return {"root": root, "cache": cache, "first": first, "second": second}
@@ -185,6 +186,27 @@ def test_baseline_spans_epochs_when_the_first_is_short(fits):
     assert baseline["span"] == [[0, 0], [1, 1]]
     assert [e["steps"] for e in run_["epochs"]] == [10, 10, 10]
     assert run_["truth"]["train"] == 1 == counted(run_, "train")
+
+
+def test_a_single_epoch_of_unknown_length_gets_its_baseline(fits):
+    # A generator: Keras knows no length. The windows run in the epoch
+    # (after 20 XLA steps, 8 calls a window); 33 steps end in the first
+    # no-XLA window, whose end-of-data call changes no state on JAX.
+    runs = fits["first"]["unknown_length"]
+    for steps, run_ in runs.items():
+        assert run_["steps_param"] is None
+        assert run_["iterations"] == int(steps) == run_["epochs"][0]["steps"]
+        baseline = run_["baseline"]
+        assert baseline["reason"] == "" and baseline["no_xla_step_ms"] > 0
+        assert "unknown" not in run_["verdict"]["headline"]
+        # One step program (compiled, or loaded from this process's
+        # compile cache), counted as JAX's events say.
+        truth = run_["truth"]
+        assert truth["train"] + truth["train_hits"] == 1
+        assert truth["train"] == counted(run_, "train")
+    assert runs["90"]["baseline"]["rounds"] == 3
+    assert runs["33"]["baseline"]["rounds"] == 1
+    assert runs["33"]["baseline"]["run_steps"] == 5
 
 
 def test_a_fit_stopped_in_the_baseline_windows_says_so(fits):

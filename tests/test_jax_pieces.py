@@ -270,7 +270,11 @@ def test_baseline_plan_says_why_not():
         "the baseline window is off"
     )
     assert plan(100, jit=False).reason == "XLA is off in this fit"
-    assert "unknown" in plan(None).reason
+    # Data of unknown length: the windows of a long enough epoch, no
+    # extra rounds (a fraction of an unknown length is no length).
+    unknown = plan(None)
+    assert (unknown.trial.window_calls, unknown.trial.rounds) == (8, 3)
+    assert unknown.extend_to == 0
     # 10 steps, one epoch: 12 are needed (two rounds of 3 calls a side).
     assert plan(10).reason == (
         "the first epoch has 10 steps; the baseline needs 12"

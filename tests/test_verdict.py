@@ -292,3 +292,37 @@ def test_data_of_unknown_length_gets_a_measured_verdict():
     assert baseline.no_xla_step_ms > 0 and v.speedup is not None
     assert v.paid_back is not None and "unknown" not in v.headline
     assert report.total_compilations == 1
+
+
+@pytest.mark.parametrize("steps", [90, 33])
+def test_a_single_epoch_of_unknown_length_gets_a_measured_verdict(steps):
+    # One epoch, length unknown: the baseline runs in it (warm-up 20 XLA
+    # steps, then windows of 8 calls, XLA first). 90 steps hold them all;
+    # 33 end in the first no-XLA window, where Keras's end-of-data call
+    # of the no-XLA function advances the optimizer's step count: the
+    # tuner gives it back, so the count is the steps trained, as
+    # without the tuner.
+    import tensorflow as tf
+
+    x, y = regression_data(16 * steps)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+    data = data.filter(lambda a, b: True)  # cardinality unknown
+    model = conv_model()
+    tuner = XLATuner(verbose=0, analyze_hlo=False)
+    fit(model, data, epochs=1, tuner=tuner)
+    report = tuner.report
+    baseline, v = report.baseline, report.verdict
+    assert int(model.optimizer.iterations.numpy()) == steps
+    assert report.epochs[0].steps == steps
+    assert report.total_compilations == 1  # the baseline compiles nothing
+    assert model.jit_compile is False  # the user's setting is back
+    if steps == 90:
+        assert baseline.reason == "" and baseline.rounds == 3
+        assert baseline.span == [[0, 20], [0, 67]]
+        assert baseline.no_xla_step_ms > 0 and v.speedup is not None
+        assert v.paid_back is not None and "unknown" not in v.headline
+    else:
+        # 5 no-XLA steps, the first not timed: a baseline of 4 steps.
+        assert baseline.reason == "" and baseline.run_steps == 5
+        assert baseline.steps == 4 and v.speedup is not None
+        assert baseline.rounds == 1  # the rounds that ran

@@ -334,6 +334,19 @@ def baseline_plan(
     return BaselinePlan(calls, rounds, spans, warmup, max(limit, 0) // spe)
 
 
+def unknown_length_plan(
+    steps_per_call: int, budget: Any, t: Tunables = TUNABLES
+) -> BaselinePlan | str:
+    """The baseline's schedule for a single epoch of unknown length: the
+    warm-up and windows an epoch long enough for `baseline_steps` gets,
+    with extra rounds only within a `trial_budget` given in steps (a
+    fraction of an unknown length is no length). The epoch may end
+    first; the windows end with it."""
+    nominal = math.ceil(t.baseline_steps / t.baseline_share)
+    steps = budget if isinstance(budget, int) else 0
+    return baseline_plan(nominal, 1, steps_per_call, steps, t)
+
+
 # Which candidates get no more windows.
 
 

@@ -215,18 +215,17 @@ def plan_baseline(
         # The second epoch's length is the first's: the owner starts the
         # baseline there (`plan_baseline` again, with that length).
         return Measured(BaselineSection(reason=DEFERRED_REASON))
-    if not steps:
-        # Measured: Keras's end-of-data call of a non-XLA train function
-        # advances optimizer.iterations (12 for 10 batches over two
-        # epochs; 10 with XLA), so no-XLA windows must not meet it.
-        return Measured(
-            BaselineSection(
-                reason="the first epoch's length is unknown, and a no-XLA "
-                "call at the end of the data would advance the optimizer's "
-                "step count in Keras (pass steps_per_epoch to fit)"
-            )
+    if steps:
+        plan = policy.baseline_plan(
+            steps, request.epochs, spe, request.budget, t
         )
-    plan = policy.baseline_plan(steps, request.epochs, spe, request.budget, t)
+    else:
+        # A single epoch of unknown length: the windows may meet the end
+        # of the data, where Keras's call of a train function without
+        # XLA still advances optimizer.iterations (measured, TF 2.21 and
+        # Keras 3.15: 11 for 10 batches, weights and slots unchanged);
+        # the owner gives the count back (`unknown_length`).
+        plan = policy.unknown_length_plan(spe, request.budget, t)
     if not request.probed:
         plan = (
             "the model's steps carry no probe (a plain model under a "
@@ -238,6 +237,7 @@ def plan_baseline(
     trial, keep = trial_lib.baseline_trial(dtype, plan, spe, t)
     runner = TrialRunner(trial, original, True, keep=keep)
     runner.apply(plan)
+    runner.unknown_length = not steps
     runner.switch(model, keep)
     logging.getLogger("tensorflow").addFilter(RETRACE_FILTER)
     return runner
@@ -281,6 +281,9 @@ class TrialRunner:
         self._warming = False
         self.active: Candidate | None = None
         self._states: dict[Candidate, ModelState] = {}
+        # A baseline in an epoch of unknown length (its windows may meet
+        # Keras's end-of-data call).
+        self.unknown_length = False
 
     def apply(self, plan: policy.BaselinePlan) -> None:
         """A baseline's schedule beyond its windows: spanning epochs, the
@@ -470,7 +473,8 @@ class TrialRunner:
         section = BaselineSection(
             speedup_low=round(found[0], 3) if found else None,
             speedup_high=round(found[1], 3) if found else None,
-            rounds=trial.rounds,
+            # The rounds that ran (the data may end first).
+            rounds=sum(1 for c, w in trial.windows if c == no_xla and w),
             span=[list(s) for s in trial.span],
             steps=trial.timed_steps(no_xla),
             no_xla_step_ms=medians[no_xla],

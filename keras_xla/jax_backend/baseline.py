@@ -64,10 +64,13 @@ def plan(
         return BaselineSection(reason=why)
     if not jit_on:
         return BaselineSection(reason="XLA is off in this fit")
-    if not epoch_steps:
-        why = "the first epoch's length is unknown (pass steps_per_epoch)"
-        return BaselineSection(reason=why)
-    schedule = policy.baseline_plan(epoch_steps, epochs, spe, budget, t)
+    if epoch_steps:
+        schedule = policy.baseline_plan(epoch_steps, epochs, spe, budget, t)
+    else:
+        # Data of unknown length: the windows may meet its end, where
+        # Keras's JAX trainer stops at `next(iterator)` before any step
+        # runs (no state changes, with or without jit).
+        schedule = policy.unknown_length_plan(spe, budget, t)
     if isinstance(schedule, str):
         return BaselineSection(reason=schedule)
     trial, keep = baseline_trial(policy_name, schedule, spe, t)
