@@ -558,7 +558,7 @@ class JaxFitRun(FitOwner):
                 logger.info("No peak FLOP/s on JAX: %s", error)
             if peak:
                 section.peak_tflops = round(peak / 1e12, 6)
-                section.utilization = round(achieved / peak, 4)
+                section.utilization = float(f"{achieved / peak:.4g}")
         self.report.hlo = section
 
     def _conclude(self, stats, records) -> None:
