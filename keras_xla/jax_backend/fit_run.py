@@ -549,7 +549,7 @@ class JaxFitRun(FitOwner):
         median = stats.step_time_ms["median"]
         if median and section.flops_per_step:
             achieved = section.flops_per_step / (median / 1000.0)
-            section.achieved_tflops = round(achieved / 1e12, 6)
+            section.achieved_tflops = _figure(achieved / 1e12)
             dtype = self.model.dtype_policy.compute_dtype
             try:
                 peak = hlo.peak_flops(s.peak_flops, dtype)
@@ -557,8 +557,8 @@ class JaxFitRun(FitOwner):
                 peak = None
                 logger.info("No peak FLOP/s on JAX: %s", error)
             if peak:
-                section.peak_tflops = round(peak / 1e12, 6)
-                section.utilization = float(f"{achieved / peak:.4g}")
+                section.peak_tflops = _figure(peak / 1e12)
+                section.utilization = _figure(achieved / peak)
         self.report.hlo = section
 
     def _conclude(self, stats, records) -> None:
@@ -573,3 +573,9 @@ class JaxFitRun(FitOwner):
                 ("tap",),
             )
         self.report.verdict = verdict_lib.build(self.report)
+
+
+def _figure(value: float) -> float:
+    """A figure to six significant digits (a tiny model's TFLOP/s and
+    utilization are far below a fixed number of decimals)."""
+    return float(f"{value:.6g}")
