@@ -19,7 +19,7 @@ from typing import Any
 from keras_xla import epoch_checks, fit_setup
 from keras_xla.auto import runner as auto_runner
 from keras_xla.auto.model_state import ModelState
-from keras_xla.auto.policy import AUTO
+from keras_xla.auto.policy import AUTO, Status
 from keras_xla.core import findings as codes
 from keras_xla.core import render
 from keras_xla.core import report as report_lib
@@ -101,7 +101,8 @@ class FitRun(FitOwner):
         spe = int(model.steps_per_execution or 1)
         if auto:
             self._start_trial(original, spe)
-        elif self.jit_on:
+        if self.jit_on and (not auto or self._trial_skipped()):
+            # XLA trains: its verdict needs the no-XLA baseline.
             self._start_trial(None, spe)
         if self.functions is not None:
             self._prepare_functions()
@@ -256,6 +257,16 @@ class FitRun(FitOwner):
             self.trial = outcome
         else:
             self._settle(outcome)
+
+    def _trial_skipped(self) -> bool:
+        """Whether "auto"'s trial could not run (it settled at once,
+        skipped: the model trains as compiled)."""
+        decision = self.report.decision
+        return (
+            self.trial is None
+            and decision is not None
+            and decision.status == Status.SKIPPED
+        )
 
     def _trial_step(self, batch: int) -> None:
         outcome = self.trial.before_call(

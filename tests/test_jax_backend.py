@@ -355,6 +355,11 @@ def test_auto_trial_without_room_is_skipped_and_trains_with_xla(fits):
     assert "candidates need at least" in message
     assert short["jit"] is True and short["jit_after"] is True
     assert short["truth"]["train"] == 1 == counted(short, "train")
+    # XLA trains, so the verdict's baseline was planned (and says why it
+    # has no room either).
+    assert short["baseline"]["reason"] == (
+        "the first epoch has 2 steps; the baseline needs 12"
+    )
 
 
 def test_tensorflow_only_settings_say_so_on_jax(fits):

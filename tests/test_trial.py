@@ -811,7 +811,7 @@ def test_trial_skipped_when_the_epoch_length_is_unknown():
 
     from keras_xla import XLATuner
 
-    x, y = regression_data(32 * 20)
+    x, y = regression_data(32 * 60)
 
     def batches():
         for i in range(0, len(x), 32):
@@ -828,6 +828,21 @@ def test_trial_skipped_when_the_epoch_length_is_unknown():
             ds, epochs=1, callbacks=[tuner], verbose=0
         )
     assert "length is unknown" in tuner.report.decision["reason"]
+    assert tuner.report.jit.enabled is False  # as compiled
+    # Compiled with XLA on, the model trains with it, so the no-XLA
+    # baseline runs in the epoch (20 XLA steps, then windows of 8 calls:
+    # the data ends in the third no-XLA window), and the verdict is
+    # measured; the optimizer's step count is the 60 steps trained.
+    model = conv_model(jit_compile=True)
+    tuner = XLATuner(jit_compile="auto", verbose=0)
+    with pytest.warns(UserWarning, match="trial-skipped"):
+        model.fit(ds, epochs=1, callbacks=[tuner], verbose=0)
+    report = tuner.report
+    assert report.decision["status"] == "skipped" and report.jit.enabled
+    assert report.baseline.reason == "" and report.baseline.rounds == 2
+    assert report.baseline.no_xla_step_ms > 0
+    assert "unknown" not in report.verdict.headline
+    assert int(model.optimizer.iterations.numpy()) == 60
 
 
 def run_memory(cache_dir, batch):
