@@ -6,7 +6,8 @@ its no-XLA baseline window early in the first epoch) gives
 one with XLA and neither with the tuner, are warmed up and then fit in
 alternating blocks (so drift of the shared machine hits both alike), timed
 by an independent clock (the median interval between train batch begins,
-pooled over the blocks). Printed: both speedups and their ratio (goal
+pooled over the blocks; the speedup's spread over the blocks says how
+noisy that truth is). Printed: both speedups and their ratio (goal
 within 10%), and the baseline's steps without XLA, their cost beyond
 training them with XLA (the no-XLA step function's first call included,
 shown apart) and that cost as a share of the tuner fit's first epoch.
@@ -19,10 +20,12 @@ small transformer on padded text (token ids padded to one length, as
 verdict's range from its windows' spread, and whether the separate-fit
 speedup falls in it. With `--warmups 0 20` each round fits the tuner once
 per baseline warm-up (`Tunables.baseline_warmup_steps`: XLA steps before
-the first window), each against the same separate fits.
+the first window), each against the same separate fits; `--settling 0 1`
+does the same for `Tunables.settling_windows` (each side's first windows
+left out as settling).
 
 Run: python benchmarks/verdict_truth.py [--steps 300] [--rounds 3]
-     [--warmups 20]
+     [--warmups 20] [--settling 1]
 """
 
 import argparse
@@ -95,7 +98,7 @@ class StepClock(keras.callbacks.Callback):
 
     def __init__(self):
         super().__init__()
-        self.stamps, self.gaps = [], []
+        self.stamps, self.gaps, self.block_ms = [], [], []
 
     def on_train_begin(self, logs=None):
         self.stamps = []
@@ -104,7 +107,9 @@ class StepClock(keras.callbacks.Callback):
         self.stamps.append(time.perf_counter())
 
     def on_train_end(self, logs=None):
-        self.gaps.extend(np.diff(self.stamps[1:]))
+        gaps = np.diff(self.stamps[1:])
+        self.gaps.extend(gaps)
+        self.block_ms.append(1000.0 * float(np.median(gaps)))
 
     def median_ms(self):
         return 1000.0 * float(np.median(self.gaps))
@@ -166,8 +171,9 @@ def tuner_fit(build, x, y):
 
 
 def separate_fits(build, x, y, blocks=BLOCKS):
-    """Median step ms without and with XLA: fresh models, warmed up, then
-    fit in alternating blocks of the data."""
+    """Median step ms without and with XLA (fresh models, warmed up, then
+    fit in alternating blocks of the data), and the speedup's spread over
+    the blocks: `(no_xla_ms, xla_ms, (lowest, highest block ratio))`."""
     models = [compiled(build, False), compiled(build, True)]
     clocks = [StepClock(), StepClock()]
     for model in models:
@@ -177,7 +183,9 @@ def separate_fits(build, x, y, blocks=BLOCKS):
         part = slice(b * size, (b + 1) * size)
         for model, clock in zip(models, clocks):
             quiet_fit(model, x[part], y[part], [clock])
-    return clocks[0].median_ms(), clocks[1].median_ms()
+    blocks = [a / b for a, b in zip(clocks[0].block_ms, clocks[1].block_ms)]
+    spread = (min(blocks), max(blocks))
+    return clocks[0].median_ms(), clocks[1].median_ms(), spread
 
 
 def main():
@@ -191,16 +199,25 @@ def main():
         nargs="+",
         default=[TUNABLES.baseline_warmup_steps],
     )
+    parser.add_argument(
+        "--settling",
+        type=int,
+        nargs="+",
+        default=[TUNABLES.settling_windows],
+    )
     args = parser.parse_args()
     rows = [
         (
             "model",
             "round",
             "warm-up",
+            "settling",
             "verdict speedup",
             "range",
             "separate fits",
+            "blocks",
             "in range",
+            "overlap",
             "ratio",
             "no-XLA steps",
             "cost s",
@@ -208,7 +225,7 @@ def main():
             "share of epoch",
         )
     ]
-    ratios, inside = {}, {}
+    ratios, inside, overlaps = {}, {}, {}
     models = {
         "residual": ("residual MLP", residual_mlp),
         "wide": ("wide Dense", wide_dense),
@@ -221,44 +238,54 @@ def main():
         for r in range(args.rounds):
             fits = []
             for warmup in args.warmups:
-                policy.TUNABLES = dataclasses.replace(
-                    TUNABLES, baseline_warmup_steps=warmup
-                )
-                fits.append((warmup, *tuner_fit(build, x, y)))
+                for settling in args.settling:
+                    policy.TUNABLES = dataclasses.replace(
+                        TUNABLES,
+                        baseline_warmup_steps=warmup,
+                        settling_windows=settling,
+                    )
+                    setting = (warmup, settling)
+                    fits.append((setting, *tuner_fit(build, x, y)))
             policy.TUNABLES = TUNABLES
             separate = separate_fits(build, x, y)
-            for warmup, report, epoch_s in fits:
-                cells, ratio, held = row(
-                    (name, r, warmup), report, epoch_s, separate
+            for setting, report, epoch_s in fits:
+                cells, ratio, held, overlap = row(
+                    (name, r, *setting), report, epoch_s, separate
                 )
                 rows.append(cells)
-                ratios.setdefault((name, warmup), []).append(ratio)
-                inside.setdefault((name, warmup), []).append(held)
+                ratios.setdefault((name, setting), []).append(ratio)
+                inside.setdefault((name, setting), []).append(held)
+                overlaps.setdefault((name, setting), []).append(overlap)
     print(
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} "
         f"cores, TensorFlow {tf.__version__}; {args.steps} steps of batch "
         f"{BATCH} per fit"
     )
     print("\n".join(format_table(rows)))
-    for (name, warmup), values in ratios.items():
+    for (name, setting), values in ratios.items():
+        key = (name, setting)
         print(
-            f"{name}, warm-up {warmup}: median ratio "
-            f"{statistics.median(values):.3f} (goal 0.90-1.10); separate-fit "
-            f"speedup in the verdict's range in {sum(inside[name, warmup])} "
-            f"of {len(inside[name, warmup])} rounds"
+            f"{name}, warm-up {setting[0]}, settling {setting[1]}: median "
+            f"ratio {statistics.median(values):.3f} (goal 0.90-1.10); "
+            f"separate-fit speedup in the verdict's range in "
+            f"{sum(inside[key])} of {len(inside[key])} rounds; the range "
+            f"meets the separate fits' block spread in {sum(overlaps[key])}"
         )
 
 
 def row(label, report, epoch_s, separate):
-    """`(cells, ratio, in range)`: a tuner fit's verdict against the
-    separate fits' speedup (`separate`: their no-XLA and XLA ms)."""
-    no_xla, xla = separate
+    """`(cells, ratio, in range, overlap)`: a tuner fit's verdict against
+    the separate fits' speedup (`separate`: their no-XLA and XLA ms, and
+    the speedup's spread over their blocks); `overlap`: whether the
+    verdict's range meets that spread (the truth is measured too)."""
+    no_xla, xla, (block_low, block_high) = separate
     truth = no_xla / xla
     v = report.verdict
     said = v.speedup
     ratio = said / truth if said else float("nan")
     low, high = v.speedup_low, v.speedup_high
     held = low is not None and low <= truth <= high
+    overlap = low is not None and low <= block_high and block_low <= high
     base = report.baseline
     cost = base.cost_seconds
     cells = (
@@ -266,14 +293,16 @@ def row(label, report, epoch_s, separate):
         f"{said:.3f}" if said else "-",
         f"{low:.2f}-{high:.2f}" if low is not None else "-",
         f"{truth:.3f} ({no_xla:.2f}/{xla:.2f} ms)",
+        f"{block_low:.2f}-{block_high:.2f}",
         "yes" if held else "no",
+        "yes" if overlap else "no",
         f"{ratio:.3f}",
         str(base.run_steps),
         f"{cost:.3f}",
         f"{base.trace_seconds or 0:.3f}",
         f"{100 * cost / epoch_s:.1f}%",
     )
-    return cells, ratio, held
+    return cells, ratio, held, overlap
 
 
 if __name__ == "__main__":

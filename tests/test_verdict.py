@@ -319,6 +319,12 @@ def test_a_single_epoch_of_unknown_length_gets_a_measured_verdict(steps):
     if steps == 90:
         assert baseline.reason == "" and baseline.rounds == 3
         assert baseline.span == [[0, 20], [0, 67]]
+        # Each side's first window settles: the medians rest on the
+        # other two (7 timed steps each), and the summary says so.
+        assert baseline.settling_rounds == 1 and baseline.steps == 14
+        assert "medians of the last 2 of 3 rounds of interleaved" in (
+            render.summary(report)
+        )
         assert baseline.no_xla_step_ms > 0 and v.speedup is not None
         assert v.paid_back is not None and "unknown" not in v.headline
     else:

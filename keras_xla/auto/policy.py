@@ -104,6 +104,10 @@ class Tunables:
         baseline_warmup_steps: XLA steps trained before the baseline's
             first window, where the first epoch has room (the steps right
             after the first compile are not yet the run's steady ones).
+        settling_windows: Each side's first baseline windows left out of
+            its medians and range where two more remain (a step function
+            keeps getting faster for a window's worth of calls after its
+            first; BENCHMARKS.md, "The no-XLA step settles").
     """
 
     rounds: int = 3
@@ -126,6 +130,7 @@ class Tunables:
     baseline_short_share: float = 0.3
     baseline_min_steps: int = 12
     baseline_warmup_steps: int = 20
+    settling_windows: int = 1
 
 
 TUNABLES = Tunables()

@@ -343,7 +343,7 @@ class TrialRunner:
         if self.keep is None or not self.extend_to:
             return False
         no_xla = Candidate(False, self.keep.policy)
-        found = trial.speedup_range(no_xla, self.keep)
+        found = trial.speedup_range(no_xla, self.keep, steady=True)
         if found is not None and trial_lib.range_useful(*found, trial.tunables):
             return False
         if trial.position + len(trial.candidates) * trial.window_calls > (
@@ -463,21 +463,25 @@ class TrialRunner:
     def _finish_baseline(self, model: Any) -> Measured:
         self.switch(model, self.keep)
         trial = self.trial
-        medians = trial.medians_ms()
         no_xla = Candidate(False, self.keep.policy)
-        xla_ms = medians[self.keep]
+        # The medians and range of each side's steady windows: those
+        # after its first, where two more ran.
+        xla_ms = trial.steady_median_ms(self.keep)
         wall, run = trial.wall_by[no_xla], trial.steps_by[no_xla]
         # What the no-XLA windows cost beyond training them with XLA.
         cost = wall - run * xla_ms / 1000 if xla_ms is not None else wall
-        found = trial.speedup_range(no_xla, self.keep)
+        found = trial.speedup_range(no_xla, self.keep, steady=True)
+        steady = trial.steady_windows(no_xla)
+        # The rounds that ran (the data may end first).
+        rounds = sum(1 for c, w in trial.windows if c == no_xla and w)
         section = BaselineSection(
             speedup_low=round(found[0], 3) if found else None,
             speedup_high=round(found[1], 3) if found else None,
-            # The rounds that ran (the data may end first).
-            rounds=sum(1 for c, w in trial.windows if c == no_xla and w),
+            rounds=rounds,
+            settling_rounds=rounds - len(steady),
             span=[list(s) for s in trial.span],
-            steps=trial.timed_steps(no_xla),
-            no_xla_step_ms=medians[no_xla],
+            steps=sum(len(w) for w in steady),
+            no_xla_step_ms=trial.steady_median_ms(no_xla),
             xla_step_ms=xla_ms,
             cost_seconds=round(cost, 3),
             run_steps=run,

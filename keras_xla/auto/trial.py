@@ -216,13 +216,35 @@ class Trial:
     def rounds(self) -> int:
         return self._rounds
 
-    def speedup_range(self, slow: Candidate, fast: Candidate):
-        """`speedup_range` of `slow`'s windows over `fast`'s."""
+    def speedup_range(
+        self, slow: Candidate, fast: Candidate, steady: bool = False
+    ):
+        """`speedup_range` of `slow`'s windows over `fast`'s (with
+        `steady`, their `steady_windows`)."""
+        if steady:
+            return speedup_range(
+                self.steady_windows(slow),
+                self.steady_windows(fast),
+                self.tunables,
+            )
         return speedup_range(
             [t for c, t in self.windows if c == slow and t],
             [t for c, t in self.windows if c == fast and t],
             self.tunables,
         )
+
+    def steady_windows(self, candidate: Candidate) -> list[list[float]]:
+        """`candidate`'s windows' timed steps, without its first
+        `settling_windows` where at least two windows remain."""
+        found = [t for c, t in self.windows if c == candidate and t]
+        skip = self.tunables.settling_windows
+        return found[skip:] if len(found) - skip >= 2 else found
+
+    def steady_median_ms(self, candidate: Candidate) -> float | None:
+        """The median of `candidate`'s steady windows' steps (ms; None
+        under two steps)."""
+        times = [t for w in self.steady_windows(candidate) for t in w]
+        return ms(statistics.median(times)) if len(times) >= 2 else None
 
     def medians_ms(self) -> dict[Candidate, float | None]:
         """Each candidate's median timed step (ms; None under two)."""

@@ -252,6 +252,9 @@ def _windows_where(b) -> str:
         else f"epoch {e0} step {s0} to epoch {e1} step {s1}"
     )
     rounds = f"{b.rounds} rounds of " if b.get("rounds") else ""
+    settling = b.get("settling_rounds") or 0
+    if rounds and settling:
+        rounds = f"the last {b.rounds - settling} of {rounds}"
     return (
         f" (medians of {rounds}interleaved windows, {where}; the epoch "
         "table's median is over all of an epoch's steady steps)"

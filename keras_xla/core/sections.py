@@ -211,7 +211,9 @@ class BaselineSection(Section):
     """The no-XLA baseline: real training steps without XLA, in windows
     interleaved with XLA's, same weights and precision, timed by one rule
     (each window's first call, and any call that traced or compiled, left
-    out). `steps` are the timed no-XLA steps of `run_steps` run.
+    out; each side's first window too where two more ran, as settling).
+    `steps` are the timed no-XLA steps of `run_steps` run that the median
+    rests on.
     `window_seconds` is the no-XLA windows' wall time; `cost_seconds` what
     they cost beyond training the same steps with XLA (the no-XLA step
     function's first call beyond a step, `trace_seconds`, plus the steps'
@@ -235,6 +237,9 @@ class BaselineSection(Section):
     speedup_high: float | None = None
     rounds: int = 0
     span: list = dataclasses.field(default_factory=list)
+    # Each side's first windows, left out of the medians and the range
+    # (the step functions were still settling).
+    settling_rounds: int = 0
 
 
 @dataclasses.dataclass
