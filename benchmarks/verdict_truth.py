@@ -22,7 +22,8 @@ speedup falls in it. With `--warmups 0 20` each round fits the tuner once
 per baseline warm-up (`Tunables.baseline_warmup_steps`: XLA steps before
 the first window), each against the same separate fits; `--settling 0 1`
 does the same for `Tunables.settling_windows` (each side's first windows
-left out as settling).
+left out as settling); `--windows` prints each tuner fit's baseline
+windows in order, each as its timed steps' median.
 
 Run: python benchmarks/verdict_truth.py [--steps 300] [--rounds 3]
      [--warmups 20] [--settling 1]
@@ -44,6 +45,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_xla.auto import policy  # noqa: E402
+from keras_xla.auto import runner as auto_runner  # noqa: E402
 from keras_xla.auto.policy import TUNABLES  # noqa: E402
 from keras_xla.core.render import format_table  # noqa: E402
 
@@ -161,6 +163,22 @@ def quiet_fit(model, x, y, callbacks, epochs=1):
         )
 
 
+# Each tuner fit's baseline windows: (side, median ms of its timed steps).
+WINDOWS: list[list[tuple[str, float]]] = []
+_finish_baseline = auto_runner.TrialRunner._finish_baseline
+
+
+def _recording_finish(self, model):
+    WINDOWS.append(
+        [
+            (c.name, 1000.0 * statistics.median(t))
+            for c, t in self.trial.windows
+            if t
+        ]
+    )
+    return _finish_baseline(self, model)
+
+
 def tuner_fit(build, x, y):
     model = compiled(build, True)
     tuner = keras_xla.XLATuner(verbose=0, analyze_hlo=False)
@@ -200,12 +218,19 @@ def main():
         default=[TUNABLES.baseline_warmup_steps],
     )
     parser.add_argument(
+        "--windows",
+        action="store_true",
+        help="print each tuner fit's baseline windows' median step ms",
+    )
+    parser.add_argument(
         "--settling",
         type=int,
         nargs="+",
         default=[TUNABLES.settling_windows],
     )
     args = parser.parse_args()
+    if args.windows:
+        auto_runner.TrialRunner._finish_baseline = _recording_finish
     rows = [
         (
             "model",
@@ -246,6 +271,11 @@ def main():
                     )
                     setting = (warmup, settling)
                     fits.append((setting, *tuner_fit(build, x, y)))
+                    if args.windows and WINDOWS:
+                        shown = ", ".join(
+                            f"{side} {ms:.2f}" for side, ms in WINDOWS[-1]
+                        )
+                        print(f"{name} round {r} windows (ms): {shown}")
             policy.TUNABLES = TUNABLES
             separate = separate_fits(build, x, y)
             for setting, report, epoch_s in fits:
