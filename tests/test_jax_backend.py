@@ -159,8 +159,10 @@ def test_baseline_and_verdict(fits):
     assert baseline["reason"] == ""
     # auto.policy on a 64-step epoch: 19 steps, three rounds of 3 calls a
     # side, each window's first call not timed, after a warm-up of 20 XLA
-    # steps (the compiling call among them).
-    assert (baseline["rounds"], baseline["steps"]) == (3, 6)
+    # steps (the compiling call among them); each side's first window
+    # settling, so the medians rest on the last two rounds.
+    assert (baseline["rounds"], baseline["steps"]) == (3, 4)
+    assert baseline["settling_rounds"] == 1
     assert baseline["run_steps"] == 9
     assert baseline["span"] == [[0, 20], [0, 37]]
     assert baseline["no_xla_step_ms"] > 0 and baseline["xla_step_ms"] > 0
