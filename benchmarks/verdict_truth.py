@@ -23,7 +23,9 @@ per baseline warm-up (`Tunables.baseline_warmup_steps`: XLA steps before
 the first window), each against the same separate fits; `--settling 0 1`
 does the same for `Tunables.settling_windows` (each side's first windows
 left out as settling); `--windows` prints each tuner fit's baseline
-windows in order, each as its timed steps' median.
+windows in order, each as its timed steps' median, and the range the
+earlier rule (each round's pair of windows, not each window against
+each) gives on the same windows.
 
 Run: python benchmarks/verdict_truth.py [--steps 300] [--rounds 3]
      [--warmups 20] [--settling 1]
@@ -46,6 +48,7 @@ import tensorflow as tf  # noqa: E402
 
 from keras_xla.auto import policy  # noqa: E402
 from keras_xla.auto import runner as auto_runner  # noqa: E402
+from keras_xla.auto import trial as trial_lib  # noqa: E402
 from keras_xla.auto.policy import TUNABLES  # noqa: E402
 from keras_xla.core.render import format_table  # noqa: E402
 
@@ -163,8 +166,10 @@ def quiet_fit(model, x, y, callbacks, epochs=1):
         )
 
 
-# Each tuner fit's baseline windows: (side, median ms of its timed steps).
+# Each tuner fit's baseline windows: (side, median ms of its timed steps),
+# and the range the earlier rule gave on its steady windows.
 WINDOWS: list[list[tuple[str, float]]] = []
+ROUND_PAIR_RANGES: list[tuple[float, float] | None] = []
 _finish_baseline = auto_runner.TrialRunner._finish_baseline
 
 
@@ -175,6 +180,15 @@ def _recording_finish(self, model):
             for c, t in self.trial.windows
             if t
         ]
+    )
+    keep = self.keep
+    off = dataclasses.replace(keep, jit=False)
+    ROUND_PAIR_RANGES.append(
+        trial_lib.speedup_range(
+            self.trial.steady_windows(off),
+            self.trial.steady_windows(keep),
+            cross=False,
+        )
     )
     return _finish_baseline(self, model)
 
@@ -251,6 +265,7 @@ def main():
         )
     ]
     ratios, inside, overlaps = {}, {}, {}
+    pair_ranges, in_pairs = {}, {}
     models = {
         "residual": ("residual MLP", residual_mlp),
         "wide": ("wide Dense", wide_dense),
@@ -276,6 +291,7 @@ def main():
                             f"{side} {ms:.2f}" for side, ms in WINDOWS[-1]
                         )
                         print(f"{name} round {r} windows (ms): {shown}")
+                        pair_ranges[name, setting, r] = ROUND_PAIR_RANGES[-1]
             policy.TUNABLES = TUNABLES
             separate = separate_fits(build, x, y)
             for setting, report, epoch_s in fits:
@@ -283,6 +299,17 @@ def main():
                     (name, r, *setting), report, epoch_s, separate
                 )
                 rows.append(cells)
+                found = pair_ranges.get((name, setting, r))
+                if found is not None:
+                    truth = separate[0] / separate[1]
+                    held_before = found[0] <= truth <= found[1]
+                    in_pairs.setdefault((name, setting), []).append(held_before)
+                    print(
+                        f"{name} round {r}: the earlier rule's range "
+                        f"(round pairs) {found[0]:.2f}-{found[1]:.2f}, "
+                        f"separate fits {truth:.3f}: "
+                        f"{'in' if held_before else 'out'}"
+                    )
                 ratios.setdefault((name, setting), []).append(ratio)
                 inside.setdefault((name, setting), []).append(held)
                 overlaps.setdefault((name, setting), []).append(overlap)
@@ -301,6 +328,11 @@ def main():
             f"{sum(inside[key])} of {len(inside[key])} rounds; the range "
             f"meets the separate fits' block spread in {sum(overlaps[key])}"
         )
+        if key in in_pairs:
+            print(
+                f"  the earlier rule's range (round pairs) held it in "
+                f"{sum(in_pairs[key])} of {len(in_pairs[key])}"
+            )
 
 
 def row(label, report, epoch_s, separate):

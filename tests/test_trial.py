@@ -915,6 +915,12 @@ def test_the_speedup_range_comes_from_the_windows_spread():
     assert 1.6 < low < high < 2.6
     assert speedup_range(slow, fast) == (low, high)
     assert speedup_range([[2.0]], fast) is None
+    # The machine drifts between any two windows: each window of one
+    # side against each of the other's, not only a round's pair (here
+    # 2.0 in both rounds; 10 / 6 and 12 / 5 across them).
+    slow = [[10.0] * 3, [12.0] * 3]
+    fast = [[5.0] * 3, [6.0] * 3]
+    assert speedup_range(slow, fast) == (10 / 6, 12 / 5)
     # Useful: one side of 1.0, or narrower than 20% of its middle.
     assert range_useful(1.05, 1.6) and range_useful(0.5, 0.9)
     assert range_useful(0.95, 1.1) and not range_useful(0.8, 1.3)

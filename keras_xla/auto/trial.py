@@ -383,28 +383,32 @@ def speedup_range(
     slow: list[list[float]],
     fast: list[list[float]],
     t: Tunables = TUNABLES,
+    cross: bool = True,
 ) -> tuple[float, float] | None:
     """The range of `median(slow) / median(fast)` that the windows' own
     spread allows: from the smallest to the largest of (a) the ratio of
-    each round's window medians (drift of the machine from round to
-    round) and (b) the central `range_share` of the ratios of medians of
-    the timed steps resampled with replacement, each side within its
-    windows (the spread of steps in a window). None with fewer than
-    two timed steps a side.
+    each window median of one side to each of the other's (the machine
+    drifts between any two windows, not only between rounds) and (b) the
+    central `range_share` of the ratios of medians of the timed steps
+    resampled with replacement, each side within its windows (the spread
+    of steps in a window). None with fewer than two timed steps a side.
 
     Args:
         slow: Per window of the slower-expected side (no XLA), its timed
             steps' seconds.
         fast: The same for the other side (XLA).
         t: The tunables (`range_share`, `resamples`).
+        cross: False pairs only each round's two windows, the earlier
+            rule (`benchmarks/verdict_truth.py` compares the two).
     """
     pooled_slow = [t for w in slow for t in w]
     pooled_fast = [t for w in fast for t in w]
     if len(pooled_slow) < 2 or len(pooled_fast) < 2:
         return None
+    pairs = [(a, b) for a in slow for b in fast] if cross else zip(slow, fast)
     rounds = [
         statistics.median(a) / statistics.median(b)
-        for a, b in zip(slow, fast)
+        for a, b in pairs
         if a and b and statistics.median(b) > 0
     ]
     # Vectorized: it runs in a step hook.
