@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from keras_xla.auto.policy import Status
 from keras_xla.core import report as report_lib
 from keras_xla.core import summaries
 from keras_xla.core.accounting import Accountant
@@ -33,6 +34,8 @@ class FitOwner:
 
     # The backend's `core.summaries.EventWriter` (None: TensorFlow's).
     summary_writer: type | None = None
+    # The running trial or baseline windows (the backend's runner).
+    trial: Any = None
 
     def __init__(
         self,
@@ -56,6 +59,16 @@ class FitOwner:
         # again), and a validation run that began is accounted.
         self._epoch_open = False
         self._testing = False
+
+    def _trial_skipped(self) -> bool:
+        """Whether "auto"'s trial could not run (it settled at once,
+        skipped: the model trains as compiled)."""
+        decision = self.report.decision
+        return (
+            self.trial is None
+            and decision is not None
+            and decision.status == Status.SKIPPED
+        )
 
     def _close_epoch(
         self, stats: Any, records: list, interrupted: bool

@@ -19,7 +19,7 @@ from typing import Any
 from keras_xla import epoch_checks, fit_setup
 from keras_xla.auto import runner as auto_runner
 from keras_xla.auto.model_state import ModelState
-from keras_xla.auto.policy import AUTO, Status
+from keras_xla.auto.policy import AUTO
 from keras_xla.core import findings as codes
 from keras_xla.core import render
 from keras_xla.core import report as report_lib
@@ -257,16 +257,6 @@ class FitRun(FitOwner):
             self.trial = outcome
         else:
             self._settle(outcome)
-
-    def _trial_skipped(self) -> bool:
-        """Whether "auto"'s trial could not run (it settled at once,
-        skipped: the model trains as compiled)."""
-        decision = self.report.decision
-        return (
-            self.trial is None
-            and decision is not None
-            and decision.status == Status.SKIPPED
-        )
 
     def _trial_step(self, batch: int) -> None:
         outcome = self.trial.before_call(

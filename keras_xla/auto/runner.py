@@ -473,7 +473,7 @@ class TrialRunner:
         found = trial.speedup_range(no_xla, self.keep, steady=True)
         steady = trial.steady_windows(no_xla)
         # The rounds that ran (the data may end first).
-        rounds = sum(1 for c, w in trial.windows if c == no_xla and w)
+        rounds = len(trial.windows_of(no_xla))
         section = BaselineSection(
             speedup_low=round(found[0], 3) if found else None,
             speedup_high=round(found[1], 3) if found else None,
@@ -495,9 +495,15 @@ class TrialRunner:
         return Measured(section)
 
 
+def skipped(decision: Decision, problem: str, fix: str) -> Decided:
+    """The `Decided` of a trial that could not decide: `decision` says
+    why (`problem`), and the finding says how to make room (`fix`)."""
+    decision.reason = f"The XLA/precision trial was skipped: {problem}."
+    return Decided(decision, skipped=(decision.reason, fix))
+
+
 def _fall_back(model, original, xla_possible, decision, problem, fix):
     """No decision: the model trains as it was compiled."""
     original.restore(model)
     jit_lib.set_xla(model, bool(original.jit) and xla_possible)
-    decision.reason = f"The XLA/precision trial was skipped: {problem}."
-    return Decided(decision, skipped=(decision.reason, fix))
+    return skipped(decision, problem, fix)

@@ -221,22 +221,17 @@ class Trial:
     ):
         """`speedup_range` of `slow`'s windows over `fast`'s (with
         `steady`, their `steady_windows`)."""
-        if steady:
-            return speedup_range(
-                self.steady_windows(slow),
-                self.steady_windows(fast),
-                self.tunables,
-            )
-        return speedup_range(
-            [t for c, t in self.windows if c == slow and t],
-            [t for c, t in self.windows if c == fast and t],
-            self.tunables,
-        )
+        windows = self.steady_windows if steady else self.windows_of
+        return speedup_range(windows(slow), windows(fast), self.tunables)
+
+    def windows_of(self, candidate: Candidate) -> list[list[float]]:
+        """`candidate`'s windows' timed steps (windows with some)."""
+        return [t for c, t in self.windows if c == candidate and t]
 
     def steady_windows(self, candidate: Candidate) -> list[list[float]]:
         """`candidate`'s windows' timed steps, without its first
         `settling_windows` where at least two windows remain."""
-        found = [t for c, t in self.windows if c == candidate and t]
+        found = self.windows_of(candidate)
         skip = self.tunables.settling_windows
         return found[skip:] if len(found) - skip >= 2 else found
 
@@ -406,7 +401,7 @@ def speedup_range(
     if len(pooled_slow) < 2 or len(pooled_fast) < 2:
         return None
     pairs = [(a, b) for a in slow for b in fast] if cross else zip(slow, fast)
-    rounds = [
+    window_ratios = [
         statistics.median(a) / statistics.median(b)
         for a, b in pairs
         if a and b and statistics.median(b) > 0
@@ -426,7 +421,7 @@ def speedup_range(
     cut = int(t.resamples * (1 - t.range_share) / 2)
     central = ratios[cut : t.resamples - cut]
     low, high = float(central[0]), float(central[-1])
-    return min([low, *rounds]), max([high, *rounds])
+    return min([low, *window_ratios]), max([high, *window_ratios])
 
 
 def range_useful(low: float, high: float, t: Tunables = TUNABLES) -> bool:

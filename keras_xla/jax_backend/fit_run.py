@@ -17,7 +17,7 @@ from typing import Any
 
 from keras_xla.auto import memory as decision_memory
 from keras_xla.auto.model_state import ModelState, configure
-from keras_xla.auto.policy import AUTO, Candidate, Status
+from keras_xla.auto.policy import AUTO, Candidate
 from keras_xla.auto.runner import Decided, Next
 from keras_xla.core import cache_directory, files, lints, render
 from keras_xla.core import findings as codes
@@ -131,10 +131,7 @@ class JaxFitRun(FitOwner):
         auto = AUTO in (s.jit_compile, s.mixed_precision)
         if auto:
             self._plan_trial(spe)
-        skipped = self.report.decision is not None and (
-            self.report.decision.status == Status.SKIPPED
-        )
-        if not auto or (skipped and self.trial is None and jit):
+        if not auto or (jit and self._trial_skipped()):
             # XLA trains: its verdict needs the no-XLA baseline.
             self._plan_baseline(spe)
         model.train_function = self.tap.wrap("train", model.train_function)

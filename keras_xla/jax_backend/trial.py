@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from keras_xla.auto import policy
+from keras_xla.auto import runner as runner_lib
 from keras_xla.auto import trial as trial_lib
 from keras_xla.auto.memory import DecisionMemory
 from keras_xla.auto.model_state import ModelState, plan_candidates
@@ -83,12 +84,9 @@ class JaxTrialRunner(JaxRunner):
     ) -> Decided:
         if winner is None:
             self.switch(model, self.fallback)
-            decision.reason = (
-                f"The XLA/precision trial was skipped: {skipped[0]}."
-            )
-            return Decided(decision, skipped=(decision.reason, skipped[1]))
+            return runner_lib.skipped(decision, *skipped)
         self.switch(model, winner)
-        return Decided(decision)
+        return Decided(decision)  # JaxFitRun keeps no state across fits
 
 
 def candidates(
@@ -146,8 +144,7 @@ def plan(
     plan = policy.trial_plan(budget, epoch_steps, epochs, len(found), spe, t)
     if not isinstance(plan, policy.TrialPlan):
         decision = Decision(Status.SKIPPED, None, "", rows)
-        decision.reason = f"The XLA/precision trial was skipped: {plan[0]}."
-        return Decided(decision, skipped=(decision.reason, plan[1]))
+        return runner_lib.skipped(decision, *plan)
     memory = None
     if memory_dir:
         names = [c.name for c in found]
