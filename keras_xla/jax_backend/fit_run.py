@@ -10,7 +10,6 @@ the summary.
 from __future__ import annotations
 
 import logging
-import os
 import time
 import weakref
 from typing import Any
@@ -19,14 +18,13 @@ from keras_xla.auto import memory as decision_memory
 from keras_xla.auto.model_state import ModelState, configure
 from keras_xla.auto.policy import AUTO, Candidate
 from keras_xla.auto.runner import Decided, Next
-from keras_xla.core import cache_directory, files, lints, render
+from keras_xla.core import cache_directory, render
 from keras_xla.core import findings as codes
 from keras_xla.core import report as report_lib
 from keras_xla.core import verdict as verdict_lib
-from keras_xla.core.timing import steady_signature
 from keras_xla.fit_owner import FitOwner
 from keras_xla.jax_backend import baseline as baseline_lib
-from keras_xla.jax_backend import environment, hlo
+from keras_xla.jax_backend import environment, epoch_checks
 from keras_xla.jax_backend import trial as trial_lib
 from keras_xla.jax_backend.compile_events import CompileEvents
 from keras_xla.jax_backend.step_log import JaxStepLog, tracker_of
@@ -483,85 +481,25 @@ class JaxFitRun(FitOwner):
             )
 
     def _check(self, stats, records) -> None:
-        """The epoch's checks, as on TensorFlow (`epoch_checks`): the HLO
-        analysis once per fit, then the epoch lints (`core.lints`). The
-        tensor-core alignment lint is not run: it reads the GPUs through
-        TensorFlow."""
-        self._analyze_hlo(stats, records)
-        found = lints.epoch_lints(
-            stats.epoch,
-            stats.step_time_ms["median"],
-            int(self.model.steps_per_execution or 1),
-            self.report.total_compile_seconds,
-            self.params,
-            steps=stats.steps,
+        """The epoch's checks (`epoch_checks`): the HLO analysis once per
+        fit, then the epoch lints."""
+        s = self.settings
+        if not self._hlo_done and s.analyze_hlo and self.report.jit.enabled:
+            self._hlo_done = True
+            check = epoch_checks.analyze_hlo(
+                self.model, s, stats, records, self.tap.examples, self.events
+            )
+            if check.section is not None:
+                self.report.hlo = check.section
+            if check.outside is not None:
+                self.report.outside_compilations.append(check.outside)
+            for code, message, fix in check.findings:
+                self.book.add(code, message, fix)
+        found = epoch_checks.lint(
+            self.model, stats, self.report.total_compile_seconds, self.params
         )
         for code, message, fix in found:
             self.book.add(code, message, fix)
-
-    def _analyze_hlo(self, stats, records) -> None:
-        s = self.settings
-        if self._hlo_done or not s.analyze_hlo or not self.report.jit.enabled:
-            return
-        self._hlo_done = True
-        sig = steady_signature(records)
-        jitted = hlo.jitted_step(self.model)
-        data = self.tap.examples.get(sig) if sig is not None else None
-        if jitted is None or data is None:
-            self.book.add(
-                codes.HLO_ANALYSIS_OFF,
-                "The HLO analysis found no jitted train step (or no batch "
-                "of its steady shapes) on the model.",
-                "Nothing to do; pass analyze_hlo=False to skip it.",
-            )
-            return
-        before = self.events.pending("train")
-        shapes = {t.path: list(t.shape) for t in sig.tensors}
-        try:
-            section, text = hlo.analyze(
-                jitted,
-                hlo.state_specs(self.model, environment.device_count() > 1),
-                data,
-                stats.epoch,
-                shapes,
-            )
-            if s.log_dir:
-                # Written with the fit's other outputs (their failures are
-                # theirs, reported as `output-failed`).
-                path = os.path.join(s.log_dir, hlo.TEXT_PATH)
-                section.text = files.write_later(path, text)
-        except Exception as error:  # noqa: BLE001 - a diagnostic
-            self.book.add(
-                codes.HLO_ANALYSIS_FAILED,
-                f"The HLO analysis failed: {type(error).__name__}: {error}",
-                "Nothing to do; pass analyze_hlo=False to skip it.",
-            )
-            return
-        extra = self.events.take("train")[before:]
-        if extra:
-            section.source = "compiled again"
-            self.report.outside_compilations.append(
-                {
-                    "function": "train",
-                    "shapes": shapes,
-                    "compilations": len(extra),
-                    "found": "the HLO analysis",
-                }
-            )
-        median = stats.step_time_ms["median"]
-        if median and section.flops_per_step:
-            achieved = section.flops_per_step / (median / 1000.0)
-            section.achieved_tflops = _figure(achieved / 1e12)
-            dtype = self.model.dtype_policy.compute_dtype
-            try:
-                peak = hlo.peak_flops(s.peak_flops, dtype)
-            except Exception as error:  # noqa: BLE001 - a diagnostic
-                peak = None
-                logger.info("No peak FLOP/s on JAX: %s", error)
-            if peak:
-                section.peak_tflops = _figure(peak / 1e12)
-                section.utilization = _figure(achieved / peak)
-        self.report.hlo = section
 
     def _conclude(self, stats, records) -> None:
         unreadable, self.tap.unreadable = self.tap.unreadable, []
@@ -575,9 +513,3 @@ class JaxFitRun(FitOwner):
                 ("tap",),
             )
         self.report.verdict = verdict_lib.build(self.report)
-
-
-def _figure(value: float) -> float:
-    """A figure to six significant digits (a tiny model's TFLOP/s and
-    utilization are far below a fixed number of decimals)."""
-    return float(f"{value:.6g}")

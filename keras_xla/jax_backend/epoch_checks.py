@@ -1,0 +1,156 @@
+"""What the tuner checks at each epoch's end on JAX, on the live model.
+
+As on TensorFlow (`keras_xla.epoch_checks`): `analyze_hlo` analyzes the
+jitted train step's HLO once per fit, at the epoch's steady signature;
+`lint` runs the epoch lints (`core.lints`). Both take values and return
+the report's pieces and `(code, message, fix)` findings for the owner of
+the fit to apply. The tensor-core alignment lint is not run: it reads
+the GPUs through TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Any
+
+from keras_xla.core import files, lints
+from keras_xla.core import findings as codes
+from keras_xla.core.report import EpochStats, HloSection
+from keras_xla.core.timing import steady_signature
+from keras_xla.jax_backend import environment, hlo
+
+logger = logging.getLogger(__name__)
+
+FIX = "Nothing to do; pass analyze_hlo=False to skip it."
+
+
+@dataclasses.dataclass
+class HloCheck:
+    """What one HLO analysis gives the report.
+
+    Attributes:
+        section: The HLO section (None when the analysis did not run).
+        findings: `(code, message, fix)` for why it did not.
+        outside: The `outside_compilations` entry when analyzing
+            compiled the step again (None when it hit JAX's cache).
+    """
+
+    section: HloSection | None = None
+    findings: list[tuple[str, str, str]] = dataclasses.field(
+        default_factory=list
+    )
+    outside: dict | None = None
+
+
+def analyze_hlo(
+    model: Any,
+    settings: Any,
+    stats: EpochStats,
+    records: list,
+    examples: dict,
+    events: Any,
+) -> HloCheck:
+    """The HLO section for the epoch's steady signature.
+
+    Args:
+        model: The live Keras model (its jitted train step and state).
+        settings: The tuner's settings (`log_dir`, `peak_flops`).
+        stats: The epoch's statistics (its median step time).
+        records: The epoch's step records.
+        examples: A batch of each signature the tap kept
+            (`StepTap.examples`).
+        events: The fit's `CompileEvents` (an analysis that compiles the
+            step again is counted apart from training's).
+    """
+    sig = steady_signature(records)
+    jitted = hlo.jitted_step(model)
+    data = examples.get(sig) if sig is not None else None
+    if jitted is None or data is None:
+        return HloCheck(
+            findings=[
+                (
+                    codes.HLO_ANALYSIS_OFF,
+                    "The HLO analysis found no jitted train step (or no "
+                    "batch of its steady shapes) on the model.",
+                    FIX,
+                )
+            ]
+        )
+    before = events.pending("train")
+    shapes = {t.path: list(t.shape) for t in sig.tensors}
+    try:
+        section, text = hlo.analyze(
+            jitted,
+            hlo.state_specs(model, environment.device_count() > 1),
+            data,
+            stats.epoch,
+            shapes,
+        )
+        if settings.log_dir:
+            # Written with the fit's other outputs (their failures are
+            # theirs, reported as `output-failed`).
+            path = os.path.join(settings.log_dir, hlo.TEXT_PATH)
+            section.text = files.write_later(path, text)
+    except Exception as error:  # noqa: BLE001 - a diagnostic
+        return HloCheck(
+            findings=[
+                (
+                    codes.HLO_ANALYSIS_FAILED,
+                    f"The HLO analysis failed: {type(error).__name__}: {error}",
+                    FIX,
+                )
+            ]
+        )
+    check = HloCheck(section=section)
+    extra = events.take("train")[before:]
+    if extra:
+        section.source = "compiled again"
+        check.outside = {
+            "function": "train",
+            "shapes": shapes,
+            "compilations": len(extra),
+            "found": "the HLO analysis",
+        }
+    _add_rates(section, stats, model, settings.peak_flops)
+    return check
+
+
+def _add_rates(section, stats, model, peak_flops) -> None:
+    """The achieved TFLOP/s at the epoch's median step and, given a
+    peak (`peak_flops`), the utilization."""
+    median = stats.step_time_ms["median"]
+    if not (median and section.flops_per_step):
+        return
+    achieved = section.flops_per_step / (median / 1000.0)
+    section.achieved_tflops = figure(achieved / 1e12)
+    dtype = model.dtype_policy.compute_dtype
+    try:
+        peak = hlo.peak_flops(peak_flops, dtype)
+    except Exception as error:  # noqa: BLE001 - a diagnostic
+        peak = None
+        logger.info("No peak FLOP/s on JAX: %s", error)
+    if peak:
+        section.peak_tflops = figure(peak / 1e12)
+        section.utilization = figure(achieved / peak)
+
+
+def lint(
+    model: Any, stats: EpochStats, compile_seconds: float, params: dict
+) -> list[tuple[str, str, str]]:
+    """The epoch's lint findings (`core.lints`)."""
+    return lints.epoch_lints(
+        stats.epoch,
+        stats.step_time_ms["median"],
+        int(model.steps_per_execution or 1),
+        compile_seconds,
+        params,
+        steps=stats.steps,
+    )
+
+
+def figure(value: float) -> float:
+    """A figure to six significant digits (a tiny model's TFLOP/s and
+    utilization are far below a fixed number of decimals)."""
+    return float(f"{value:.6g}")
