@@ -22,17 +22,24 @@ speedup falls in it. With `--warmups 0 20` each round fits the tuner once
 per baseline warm-up (`Tunables.baseline_warmup_steps`: XLA steps before
 the first window), each against the same separate fits; `--settling 0 1`
 does the same for `Tunables.settling_windows` (each side's first windows
-left out as settling); `--windows` prints each tuner fit's baseline
+left out as settling) and `--settling-steps 8 20` for
+`Tunables.settling_steps` (the no-XLA side's first window lengthened to
+that many steps); `--windows` prints each tuner fit's baseline
 windows in order, each as its timed steps' median, and the range the
 earlier rule (each round's pair of windows, not each window against
-each) gives on the same windows.
+each) gives on the same windows; `--bracket` runs the tuner fits between
+the separate fits' first and last two blocks (the truth measured before
+and after the verdict, so a shift of the machine shows as a change
+between them) and prints each block's speedup.
 
 Run: python benchmarks/verdict_truth.py [--steps 300] [--rounds 3]
-     [--warmups 20] [--settling 1]
+     [--warmups 20] [--settling 1] [--settling-steps 20] [--windows]
+     [--bracket]
 """
 
 import argparse
 import dataclasses
+import itertools
 import os
 import platform
 import statistics
@@ -99,22 +106,29 @@ def padded_text_transformer():
 
 class StepClock(keras.callbacks.Callback):
     """Intervals between train batch begins (one clock read each), per
-    fit; a fit's first interval is left out."""
+    fit; a fit's first interval is left out. Also each batch's begin to
+    its end (the train function's call, as the tuner times it, with
+    Keras's batch-end work): `held_ms`, per block."""
 
     def __init__(self):
         super().__init__()
         self.stamps, self.gaps, self.block_ms = [], [], []
+        self.held, self.block_held_ms = [], []
 
     def on_train_begin(self, logs=None):
-        self.stamps = []
+        self.stamps, self.held = [], []
 
     def on_train_batch_begin(self, batch, logs=None):
         self.stamps.append(time.perf_counter())
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.held.append(time.perf_counter() - self.stamps[-1])
 
     def on_train_end(self, logs=None):
         gaps = np.diff(self.stamps[1:])
         self.gaps.extend(gaps)
         self.block_ms.append(1000.0 * float(np.median(gaps)))
+        self.block_held_ms.append(1000.0 * float(np.median(self.held[2:])))
 
     def median_ms(self):
         return 1000.0 * float(np.median(self.gaps))
@@ -202,22 +216,30 @@ def tuner_fit(build, x, y):
     return tuner.report, epoch_s
 
 
-def separate_fits(build, x, y, blocks=BLOCKS):
+def separate_fits(build, x, y, blocks=BLOCKS, between=None):
     """Median step ms without and with XLA (fresh models, warmed up, then
     fit in alternating blocks of the data), and the speedup's spread over
-    the blocks: `(no_xla_ms, xla_ms, (lowest, highest block ratio))`."""
+    the blocks: `(no_xla_ms, xla_ms, (lowest, highest block ratio),
+    block ratios, block ratios by batch begin-to-end)`. `between`, when
+    given, runs after the first half of the blocks (the tuner fits,
+    bracketed by the truth in time)."""
     models = [compiled(build, False), compiled(build, True)]
     clocks = [StepClock(), StepClock()]
     for model in models:
         quiet_fit(model, x[: 20 * BATCH], y[: 20 * BATCH], [])  # warm-up
     size = len(x) // blocks
     for b in range(blocks):
+        if between is not None and b == blocks // 2:
+            between()
         part = slice(b * size, (b + 1) * size)
         for model, clock in zip(models, clocks):
             quiet_fit(model, x[part], y[part], [clock])
-    blocks = [a / b for a, b in zip(clocks[0].block_ms, clocks[1].block_ms)]
-    spread = (min(blocks), max(blocks))
-    return clocks[0].median_ms(), clocks[1].median_ms(), spread
+    ratios = [a / b for a, b in zip(clocks[0].block_ms, clocks[1].block_ms)]
+    held = [
+        a / b for a, b in zip(clocks[0].block_held_ms, clocks[1].block_held_ms)
+    ]
+    spread = (min(ratios), max(ratios))
+    return clocks[0].median_ms(), clocks[1].median_ms(), spread, ratios, held
 
 
 def main():
@@ -242,6 +264,18 @@ def main():
         nargs="+",
         default=[TUNABLES.settling_windows],
     )
+    parser.add_argument(
+        "--settling-steps",
+        type=int,
+        nargs="+",
+        default=[TUNABLES.settling_steps],
+    )
+    parser.add_argument(
+        "--bracket",
+        action="store_true",
+        help="run the tuner fits between the separate fits' first and "
+        "last blocks, and print each block's speedup",
+    )
     args = parser.parse_args()
     if args.windows:
         auto_runner.TrialRunner._finish_baseline = _recording_finish
@@ -251,6 +285,7 @@ def main():
             "round",
             "warm-up",
             "settling",
+            "settling steps",
             "verdict speedup",
             "range",
             "separate fits",
@@ -277,14 +312,18 @@ def main():
         x, y = data(args.steps, build)
         for r in range(args.rounds):
             fits = []
-            for warmup in args.warmups:
-                for settling in args.settling:
+
+            def tuner_fits(r=r, fits=fits, name=name, build=build, x=x, y=y):
+                for warmup, settling, settling_steps in itertools.product(
+                    args.warmups, args.settling, args.settling_steps
+                ):
                     policy.TUNABLES = dataclasses.replace(
                         TUNABLES,
                         baseline_warmup_steps=warmup,
                         settling_windows=settling,
+                        settling_steps=settling_steps,
                     )
-                    setting = (warmup, settling)
+                    setting = (warmup, settling, settling_steps)
                     fits.append((setting, *tuner_fit(build, x, y)))
                     if args.windows and WINDOWS:
                         shown = ", ".join(
@@ -292,8 +331,24 @@ def main():
                         )
                         print(f"{name} round {r} windows (ms): {shown}")
                         pair_ranges[name, setting, r] = ROUND_PAIR_RANGES[-1]
-            policy.TUNABLES = TUNABLES
-            separate = separate_fits(build, x, y)
+                policy.TUNABLES = TUNABLES
+
+            if args.bracket:
+                separate = separate_fits(build, x, y, between=tuner_fits)
+                half = BLOCKS // 2
+                for label, by_block in zip(
+                    ("begin-to-begin", "begin-to-end"), separate[3:]
+                ):
+                    before, after = by_block[:half], by_block[half:]
+                    print(
+                        f"{name} round {r}: separate-fit speedup by block "
+                        f"({label}), before the tuner fit "
+                        f"{', '.join(f'{v:.3f}' for v in before)}; after it "
+                        f"{', '.join(f'{v:.3f}' for v in after)}"
+                    )
+            else:
+                tuner_fits()
+                separate = separate_fits(build, x, y)
             for setting, report, epoch_s in fits:
                 cells, ratio, held, overlap = row(
                     (name, r, *setting), report, epoch_s, separate
@@ -322,7 +377,8 @@ def main():
     for (name, setting), values in ratios.items():
         key = (name, setting)
         print(
-            f"{name}, warm-up {setting[0]}, settling {setting[1]}: median "
+            f"{name}, warm-up {setting[0]}, settling {setting[1]} "
+            f"({setting[2]} steps): median "
             f"ratio {statistics.median(values):.3f} (goal 0.90-1.10); "
             f"separate-fit speedup in the verdict's range in "
             f"{sum(inside[key])} of {len(inside[key])} rounds; the range "
@@ -340,7 +396,7 @@ def row(label, report, epoch_s, separate):
     the separate fits' speedup (`separate`: their no-XLA and XLA ms, and
     the speedup's spread over their blocks); `overlap`: whether the
     verdict's range meets that spread (the truth is measured too)."""
-    no_xla, xla, (block_low, block_high) = separate
+    no_xla, xla, (block_low, block_high) = separate[:3]
     truth = no_xla / xla
     v = report.verdict
     said = v.speedup
