@@ -6,8 +6,9 @@ without and then with XLA (no tuner), each fit for `--steps` steps,
 per side: the median over the fits of each block of `--block` calls (the
 first call, which traces or compiles, left out), and the first block
 from which every later one stays within `--within` of the last blocks'
-median: the calls the step took to settle. The no-XLA baseline's first
-window (`Tunables.settling_steps`) must cover them.
+median: the calls the step took to settle (the no-XLA baseline's timed
+windows begin at its tenth call; BENCHMARKS.md, "How long the no-XLA
+step settles").
 
 Run: python benchmarks/no_xla_settling.py [--steps 64] [--fits 3]
 """

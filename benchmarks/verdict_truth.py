@@ -22,9 +22,7 @@ speedup falls in it. With `--warmups 0 20` each round fits the tuner once
 per baseline warm-up (`Tunables.baseline_warmup_steps`: XLA steps before
 the first window), each against the same separate fits; `--settling 0 1`
 does the same for `Tunables.settling_windows` (each side's first windows
-left out as settling) and `--settling-steps 8 20` for
-`Tunables.settling_steps` (the no-XLA side's first window lengthened to
-that many steps); `--windows` prints each tuner fit's baseline
+left out as settling); `--windows` prints each tuner fit's baseline
 windows in order, each as its timed steps' median, and the range the
 earlier rule (each round's pair of windows, not each window against
 each) gives on the same windows; `--bracket` runs the tuner fits between
@@ -33,8 +31,7 @@ and after the verdict, so a shift of the machine shows as a change
 between them) and prints each block's speedup.
 
 Run: python benchmarks/verdict_truth.py [--steps 300] [--rounds 3]
-     [--warmups 20] [--settling 1] [--settling-steps 20] [--windows]
-     [--bracket]
+     [--warmups 20] [--settling 1] [--windows] [--bracket]
 """
 
 import argparse
@@ -265,12 +262,6 @@ def main():
         default=[TUNABLES.settling_windows],
     )
     parser.add_argument(
-        "--settling-steps",
-        type=int,
-        nargs="+",
-        default=[TUNABLES.settling_steps],
-    )
-    parser.add_argument(
         "--bracket",
         action="store_true",
         help="run the tuner fits between the separate fits' first and "
@@ -285,7 +276,6 @@ def main():
             "round",
             "warm-up",
             "settling",
-            "settling steps",
             "verdict speedup",
             "range",
             "separate fits",
@@ -314,16 +304,15 @@ def main():
             fits = []
 
             def tuner_fits(r=r, fits=fits, name=name, build=build, x=x, y=y):
-                for warmup, settling, settling_steps in itertools.product(
-                    args.warmups, args.settling, args.settling_steps
+                for warmup, settling in itertools.product(
+                    args.warmups, args.settling
                 ):
                     policy.TUNABLES = dataclasses.replace(
                         TUNABLES,
                         baseline_warmup_steps=warmup,
                         settling_windows=settling,
-                        settling_steps=settling_steps,
                     )
-                    setting = (warmup, settling, settling_steps)
+                    setting = (warmup, settling)
                     fits.append((setting, *tuner_fit(build, x, y)))
                     if args.windows and WINDOWS:
                         shown = ", ".join(
@@ -377,8 +366,7 @@ def main():
     for (name, setting), values in ratios.items():
         key = (name, setting)
         print(
-            f"{name}, warm-up {setting[0]}, settling {setting[1]} "
-            f"({setting[2]} steps): median "
+            f"{name}, warm-up {setting[0]}, settling {setting[1]}: median "
             f"ratio {statistics.median(values):.3f} (goal 0.90-1.10); "
             f"separate-fit speedup in the verdict's range in "
             f"{sum(inside[key])} of {len(inside[key])} rounds; the range "

@@ -160,13 +160,11 @@ def test_baseline_and_verdict(fits):
     # auto.policy on a 64-step epoch: 19 steps, three rounds of 3 calls a
     # side, each window's first call not timed, after a warm-up of 20 XLA
     # steps (the compiling call among them); each side's first window
-    # settling, so the medians rest on the last two rounds. The no-XLA
-    # side's first window takes one more call: the rest of the 30% of a
-    # short epoch that the baseline may take (19 steps).
+    # settling, so the medians rest on the last two rounds.
     assert (baseline["rounds"], baseline["steps"]) == (3, 4)
     assert baseline["settling_rounds"] == 1
-    assert baseline["run_steps"] == 10
-    assert baseline["span"] == [[0, 20], [0, 38]]
+    assert baseline["run_steps"] == 9
+    assert baseline["span"] == [[0, 20], [0, 37]]
     assert baseline["no_xla_step_ms"] > 0 and baseline["xla_step_ms"] > 0
     verdict = run_["verdict"]
     assert verdict["xla_enabled"] is True

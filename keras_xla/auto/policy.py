@@ -106,12 +106,8 @@ class Tunables:
             after the first compile are not yet the run's steady ones).
         settling_windows: Each side's first baseline windows left out of
             its medians and range where two more remain (a step function
-            keeps getting faster for some calls after its first;
-            BENCHMARKS.md, "The no-XLA step settles").
-        settling_steps: The no-XLA side's first (settling) window runs at
-            least this many steps, where the first epoch has room (that
-            step keeps getting faster for up to about 20 calls;
-            BENCHMARKS.md, "How long the no-XLA step settles").
+            keeps getting faster for a window's worth of calls after its
+            first; BENCHMARKS.md, "The no-XLA step settles").
     """
 
     rounds: int = 3
@@ -135,7 +131,6 @@ class Tunables:
     baseline_min_steps: int = 12
     baseline_warmup_steps: int = 20
     settling_windows: int = 1
-    settling_steps: int = 20
 
 
 TUNABLES = Tunables()
@@ -299,8 +294,6 @@ class BaselinePlan:
         warmup_calls: XLA calls trained before the first window.
         extend_to: The trial position (in calls) extra rounds may reach
             while the speedup's range is not useful (0: none).
-        settling_calls: Calls of the no-XLA side's first window (its
-            settling window; at least `calls`).
     """
 
     calls: int
@@ -308,7 +301,6 @@ class BaselinePlan:
     spans: bool
     warmup_calls: int
     extend_to: int
-    settling_calls: int = 0
 
 
 def baseline_plan(
@@ -321,10 +313,8 @@ def baseline_plan(
     """The baseline's schedule for a first epoch of `epoch_steps`, or why
     there is none: `baseline_steps` of it in `baseline_rounds` rounds of
     windows (both sides), spanning epochs where the first is too short
-    and the run holds them; the no-XLA side's first window lengthened to
-    `settling_steps` (within `baseline_short_share` of the epoch, all
-    windows included), then a warm-up of `baseline_warmup_steps`, where
-    the epoch has room beyond the windows and its last call; extra
+    and the run holds them; after a warm-up of `baseline_warmup_steps`
+    where the epoch has room beyond the windows and its last call; extra
     rounds within `trial_budget` (`budget`) and the first epoch."""
     spe = steps_per_call
     steps = baseline_steps(epoch_steps, t)
@@ -341,23 +331,12 @@ def baseline_plan(
             f"the first epoch has {epoch_steps} steps; the baseline needs "
             f"{need}"
         )
-    windows = 2 * rounds * calls * spe
-    room = max(epoch_steps - windows - spe, 0)
-    settling, warmup = calls, 0
-    if not spans:
-        # Within the share of the epoch a short epoch's baseline may take.
-        share = int(epoch_steps * t.baseline_short_share) - windows
-        extra = min(t.settling_steps - calls * spe, room, share)
-        extra = max(extra, 0) // spe
-        settling += extra
-        room -= extra * spe
-        warmup = min(t.baseline_warmup_steps, room) // spe
+    room = epoch_steps - 2 * rounds * calls * spe - spe
+    warmup = 0 if spans else min(t.baseline_warmup_steps, max(room, 0)) // spe
     limit = budget_steps(budget, epoch_steps) or 0
     if not spans:
         limit = min(limit, epoch_steps - spe - warmup * spe)
-    return BaselinePlan(
-        calls, rounds, spans, warmup, max(limit, 0) // spe, settling
-    )
+    return BaselinePlan(calls, rounds, spans, warmup, max(limit, 0) // spe)
 
 
 def unknown_length_plan(

@@ -38,8 +38,6 @@ class Trial:
         drop: Whether clearly slower candidates get no more windows.
         tunables: The policy's numbers and switches. Defaults to
             `policy.TUNABLES`.
-        first_calls: Candidates whose first window is longer, with its
-            calls (the baseline's settling window without XLA).
     """
 
     def __init__(
@@ -51,7 +49,6 @@ class Trial:
         rounds: int | None = None,
         drop: bool = True,
         tunables: Tunables | None = None,
-        first_calls: dict[Candidate, int] | None = None,
     ) -> None:
         # (Read now: a test or benchmark may set `policy.TUNABLES`.)
         self.tunables = tunables or policy.TUNABLES
@@ -61,14 +58,12 @@ class Trial:
         self.window_calls = window_calls
         self.steps_per_call = steps_per_call
         n = len(candidates)
-        # The candidate of each call, and whether the call begins a window.
-        self.plan: list[Candidate] = []
-        self._starts: list[bool] = []
-        first_calls = dict(first_calls or {})
-        for r in range(rounds):
-            for i in range(n):
-                c = candidates[(i + r) % n]
-                self._add_window(c, max(first_calls.pop(c, 0), window_calls))
+        self.plan = [
+            candidates[(i + r) % n]
+            for r in range(rounds)
+            for i in range(n)
+            for _ in range(window_calls)
+        ]
         self.position = 0
         self._consumed = 0
         self._window: Candidate | None = None
@@ -97,10 +92,6 @@ class Trial:
         self.epoch = 0
         self._rounds = rounds
 
-    def _add_window(self, candidate: Candidate, calls: int) -> None:
-        self.plan += [candidate] * calls
-        self._starts += [True] + [False] * (calls - 1)
-
     @property
     def done(self) -> bool:
         return self.position >= len(self.plan)
@@ -108,7 +99,7 @@ class Trial:
     def boundary(self) -> bool:
         """Whether the call about to start begins a window (or ends the
         trial)."""
-        return self.done or self._starts[self.position]
+        return self.done or self.position % self.window_calls == 0
 
     def current(self) -> Candidate:
         return self.plan[self.position]
@@ -180,16 +171,10 @@ class Trial:
             self.dropped_because[c] = because
         # Whole windows go: the plan stays aligned on window boundaries;
         # with one candidate left there is nothing more to measure.
-        at = self.position
-        rest = [
-            (c, start)
-            for c, start in zip(self.plan[at:], self._starts[at:])
-            if c not in slow
-        ]
+        rest = [c for c in self.plan[self.position :] if c not in slow]
         if len(live) - len(slow) < 2:
             rest = []
-        self.plan = self.plan[:at] + [c for c, _ in rest]
-        self._starts = self._starts[:at] + [start for _, start in rest]
+        self.plan = self.plan[: self.position] + rest
 
     def cannot_pay_back(self, live: list, best: float, medians: dict) -> dict:
         """The live XLA candidates not yet run whose compile the run's
@@ -222,8 +207,9 @@ class Trial:
     def extend(self) -> None:
         """One more round of windows, in the first round's order (the
         windows are too few for a useful range)."""
-        for c in self.candidates:
-            self._add_window(c, self.window_calls)
+        n = len(self.candidates)
+        first = self.plan[: n * self.window_calls]
+        self.plan += first
         self._rounds += 1
 
     @property
@@ -366,18 +352,17 @@ def baseline_trial(
 ) -> tuple[Trial, Candidate]:
     """The baseline's windows (`plan`): XLA on at `policy_name` first (the
     candidate that trains on after them, returned too), then the same
-    without XLA, whose first window settles (`plan.settling_calls`); no
-    dropping: the baseline measures both sides, however clear."""
-    keep, off = Candidate(True, policy_name), Candidate(False, policy_name)
+    without XLA; no dropping: the baseline measures both sides, however
+    clear."""
+    keep = Candidate(True, policy_name)
     trial = Trial(
-        [keep, off],
+        [keep, Candidate(False, policy_name)],
         keep,
         plan.calls,
         steps_per_call,
         rounds=plan.rounds,
         drop=False,
         tunables=t,
-        first_calls={off: plan.settling_calls},
     )
     return trial, keep
 
