@@ -241,16 +241,6 @@ class Trial:
         times = [t for w in self.steady_windows(candidate) for t in w]
         return ms(statistics.median(times)) if len(times) >= 2 else None
 
-    def medians_ms(self) -> dict[Candidate, float | None]:
-        """Each candidate's median timed step (ms; None under two)."""
-        return {
-            c: ms(statistics.median(t)) if len(t) >= 2 else None
-            for c, t in self._seconds.items()
-        }
-
-    def timed_steps(self, candidate: Candidate) -> int:
-        return len(self._seconds[candidate])
-
     def first_call_excess(self, candidate: Candidate) -> float | None:
         """Seconds the candidate's first call took beyond its median
         steps (its tracing, or its compilation); None before it has a
