@@ -36,6 +36,7 @@ Run: python benchmarks/verdict_truth.py [--steps 300] [--rounds 3]
 
 import argparse
 import dataclasses
+import functools
 import itertools
 import os
 import platform
@@ -302,26 +303,16 @@ def main():
         x, y = data(args.steps, build)
         for r in range(args.rounds):
             fits = []
-
-            def tuner_fits(r=r, fits=fits, name=name, build=build, x=x, y=y):
-                for warmup, settling in itertools.product(
-                    args.warmups, args.settling
-                ):
-                    policy.TUNABLES = dataclasses.replace(
-                        TUNABLES,
-                        baseline_warmup_steps=warmup,
-                        settling_windows=settling,
-                    )
-                    setting = (warmup, settling)
-                    fits.append((setting, *tuner_fit(build, x, y)))
-                    if args.windows and WINDOWS:
-                        shown = ", ".join(
-                            f"{side} {ms:.2f}" for side, ms in WINDOWS[-1]
-                        )
-                        print(f"{name} round {r} windows (ms): {shown}")
-                        pair_ranges[name, setting, r] = ROUND_PAIR_RANGES[-1]
-                policy.TUNABLES = TUNABLES
-
+            tuner_fits = functools.partial(
+                fit_each_setting,
+                args,
+                (name, r),
+                build,
+                x,
+                y,
+                fits,
+                pair_ranges,
+            )
             if args.bracket:
                 separate = separate_fits(build, x, y, between=tuner_fits)
                 half = BLOCKS // 2
@@ -377,6 +368,26 @@ def main():
                 f"  the earlier rule's range (round pairs) held it in "
                 f"{sum(in_pairs[key])} of {len(in_pairs[key])}"
             )
+
+
+def fit_each_setting(args, where, build, x, y, fits, pair_ranges):
+    """One tuner fit per setting (`--warmups` x `--settling`), appended to
+    `fits` as `(setting, report, epoch seconds)`; with `--windows`, each
+    fit's windows printed and the earlier rule's range kept in
+    `pair_ranges` by `(name, setting, round)` (`where`: name, round)."""
+    name, r = where
+    for setting in itertools.product(args.warmups, args.settling):
+        policy.TUNABLES = dataclasses.replace(
+            TUNABLES,
+            baseline_warmup_steps=setting[0],
+            settling_windows=setting[1],
+        )
+        fits.append((setting, *tuner_fit(build, x, y)))
+        if args.windows and WINDOWS:
+            shown = ", ".join(f"{side} {ms:.2f}" for side, ms in WINDOWS[-1])
+            print(f"{name} round {r} windows (ms): {shown}")
+            pair_ranges[name, setting, r] = ROUND_PAIR_RANGES[-1]
+    policy.TUNABLES = TUNABLES
 
 
 def row(label, report, epoch_s, separate):

@@ -268,9 +268,8 @@ class FitRun(FitOwner):
         elif outcome is auto_runner.Next.SWITCHED:
             self._prepare_functions(("train",))
         runner = self.trial
-        if runner is not None and runner.unknown_length:
-            if not runner.active.jit:
-                self._count_before = step_count(self.model)
+        if runner and runner.unknown_length and not runner.active.jit:
+            self._count_before = step_count(self.model)
 
     def _give_back_step_count(self) -> None:
         """The data ended in a no-XLA call of the baseline (an epoch of

@@ -484,6 +484,7 @@ class JaxFitRun(FitOwner):
         """The epoch's checks (`epoch_checks`): the HLO analysis once per
         fit, then the epoch lints."""
         s = self.settings
+        found = []
         if not self._hlo_done and s.analyze_hlo and self.report.jit.enabled:
             self._hlo_done = True
             check = epoch_checks.analyze_hlo(
@@ -493,9 +494,8 @@ class JaxFitRun(FitOwner):
                 self.report.hlo = check.section
             if check.outside is not None:
                 self.report.outside_compilations.append(check.outside)
-            for code, message, fix in check.findings:
-                self.book.add(code, message, fix)
-        found = epoch_checks.lint(
+            found += check.findings
+        found += epoch_checks.lint(
             self.model, stats, self.report.total_compile_seconds, self.params
         )
         for code, message, fix in found:
