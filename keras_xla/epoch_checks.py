@@ -66,6 +66,7 @@ def lint(
         params,
         misaligned,
         stats.steps,
+        dispatch_ms=stats.step_time_ms.get("dispatch_median"),
     )
 
 

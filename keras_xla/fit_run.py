@@ -326,12 +326,13 @@ class FitRun(FitOwner):
             self.profile.before_call(self.log.timer.clock_offset + now)
         self.log.begin(function, batch, now, self.counting)
 
-    def step_end(self) -> None:
-        """A call's batch-end hook: where the call ends if it is its
-        run's last (what follows, Keras's end of the data and of the
-        epoch, is not the step's)."""
+    def step_end(self, function: str, batch: int) -> None:
+        """A call's batch-end hook: its results exist (Keras read its
+        logs). What follows, Keras's end of the data and of the epoch,
+        is not the step's."""
+        now = time.perf_counter()
         if self.active:
-            self.log.end(time.perf_counter())
+            self.log.complete(function, batch, now)
             self._count_before = None  # the call trained: it ended
 
     # Epochs and validation runs.

@@ -17,7 +17,8 @@ from keras_xla.core.accounting import (
     detect_cluster_compilations,
     detect_compilations,
 )
-from keras_xla.core.timing import StepRecord, StepTimer, attach_steps
+from keras_xla.core.step_timer import StepTimer
+from keras_xla.core.timing import StepRecord, attach_steps
 from keras_xla.tf_backend import autoclustering, compile_ledger
 from keras_xla.tf_backend.step_functions import StepFunctions
 
@@ -83,11 +84,12 @@ class StepLog:
             self._stamp_ledger(now, -BEFORE_CALL_SECONDS, counting)
         self._collect_full(self.timer.begin(function, batch, now), counting)
 
-    def end(self, now: float) -> None:
-        """The open call's batch-end hook ran at `now` (perf_counter):
-        the call is done, and so is any compilation it made."""
+    def complete(self, function: str, step: int, now: float) -> None:
+        """The batch-end hook of `function`'s call that ran `step` ran at
+        `now` (perf_counter): the call's results exist, and so does any
+        compilation it made."""
         self._stamp_ledger(now, 0.0, self._counting)
-        self.timer.end(now)
+        self.timer.complete(function, step, now)
 
     def close(self, counting: str | None, now: float | None = None) -> None:
         """The open call ends."""

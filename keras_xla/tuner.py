@@ -193,7 +193,9 @@ class XLATuner(keras.callbacks.Callback):
     ```
     """
 
-    # Only begin hooks, called in the main thread: async batch ends are safe.
+    # Batch ends only stamp a step's completion (thread-safe): Keras may
+    # run them on its worker thread, where they read the clock once the
+    # step's logs exist, and the training thread never waits.
     async_safe = True
 
     def __init__(
@@ -309,7 +311,9 @@ class XLATuner(keras.callbacks.Callback):
         )
 
     def on_train_batch_end(self, batch, logs=None):
-        self._guarded("on_train_batch_end", self._run.step_end)
+        self._guarded(
+            "on_train_batch_end", self._run.step_end, "train", batch
+        )
 
     def on_test_begin(self, logs=None):
         if self._run is not None:
@@ -323,7 +327,9 @@ class XLATuner(keras.callbacks.Callback):
 
     def on_test_batch_end(self, batch, logs=None):
         if self._run is not None:
-            self._guarded("on_test_batch_end", self._run.step_end)
+            self._guarded(
+                "on_test_batch_end", self._run.step_end, "test", batch
+            )
 
     def on_test_end(self, logs=None):
         if self._run is not None:

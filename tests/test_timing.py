@@ -59,26 +59,6 @@ def test_compile_estimate_subtracts_run_and_trace_time():
     assert estimate_compile_seconds(rec(0.3), 0.01) == 0.0
 
 
-def test_a_runs_last_call_ends_at_its_batch_end(monkeypatch):
-    # What follows a run's last call (Keras ending the data, making the
-    # next epoch's iterator, the epoch's metrics) is not its step.
-    from keras_xla.core import timing
-
-    clock = iter([0.0, 10.0, 11.0, 20.0, 40.0])
-    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(clock))
-    timer = timing.StepTimer(1, 100)
-    timer.begin("train", 0, 9.9)  # starts at 10.0
-    timer.end(10.5)  # not the end: the next call begins
-    timer.begin("train", 1, 10.9)  # ends the first at 10.9; starts 11.0
-    timer.end(11.25)
-    timer.close()  # the run's end: at the last batch end, not now
-    timer.begin("test", 0, 19.9)  # starts at 20.0
-    timer.close()  # no batch end: at this moment (40.0)
-    train, test = timer.flush("train"), timer.flush("test")
-    assert [r.seconds for r in train] == pytest.approx([0.9, 0.25])
-    assert [r.seconds for r in test] == pytest.approx([20.0])
-
-
 def test_a_first_compile_leaves_out_the_graph_building():
     from keras_xla.core.accounting import Accountant
     from keras_xla.core.findings import FindingBook

@@ -231,6 +231,8 @@ class Accountant:
             step_time_ms={
                 "median": ms(stats.median_seconds),
                 "p90": ms(stats.p90_seconds),
+                # The host's time in the call (None: not seen apart).
+                "dispatch_median": ms(stats.dispatch_median_seconds),
             },
             examples_per_second=_round(stats.examples_per_second),
             examples_per_second_overall=_round(

@@ -12,22 +12,42 @@ from __future__ import annotations
 from keras_xla.core import findings as codes
 
 DISPATCH_MS = 1.0  # median steps shorter than this are launch-dominated
+# Where the host's time in the call was measured apart from the step's
+# (an asynchronous backend): the share of the step it takes to call it.
+DISPATCH_SHARE = 0.5
 
 
 def dispatch_bound(
-    median_ms: float | None, steps_per_execution: int
+    median_ms: float | None,
+    steps_per_execution: int,
+    dispatch_ms: float | None = None,
 ) -> tuple[str, str] | None:
     """Steps so short that launching one costs about as much as running
-    it, with one step per call."""
-    if median_ms is None or median_ms >= DISPATCH_MS:
+    it, with one step per call: measured where the host's time in the
+    call (`dispatch_ms`, the median) is known, else inferred from a
+    median step under `DISPATCH_MS`."""
+    if median_ms is None or steps_per_execution != 1:
         return None
-    if steps_per_execution != 1:
+    fix = (
+        "Compile with `steps_per_execution=N` (e.g. 16) so one call runs "
+        "N steps."
+    )
+    if dispatch_ms is not None:
+        if median_ms <= 0 or dispatch_ms < DISPATCH_SHARE * median_ms:
+            return None
+        share = min(dispatch_ms / median_ms, 1.0)
+        return (
+            f"Calling the train step takes the host {dispatch_ms:.2f} ms "
+            f"of each {median_ms:.2f} ms step ({share:.0%}): the device "
+            "waits for the host to launch the next step.",
+            fix,
+        )
+    if median_ms >= DISPATCH_MS:
         return None
     return (
         f"The median train step takes {median_ms:.2f} ms: launching the "
         "step costs about as much as running it.",
-        "Compile with `steps_per_execution=N` (e.g. 16) so one call runs "
-        "N steps.",
+        fix,
     )
 
 
@@ -78,6 +98,7 @@ def epoch_lints(
     params: dict | None,
     misaligned: list[str] = (),
     steps: int | None = None,
+    dispatch_ms: float | None = None,
 ) -> list[tuple[str, str, str]]:
     """Every lint of one epoch, as `(code, message, fix)`; the
     first-epoch lints (alignment, compile cost) only for epoch 0."""
@@ -109,7 +130,7 @@ def epoch_lints(
     found.append(
         (
             codes.DISPATCH_BOUND_STEPS,
-            dispatch_bound(median_ms, steps_per_execution),
+            dispatch_bound(median_ms, steps_per_execution, dispatch_ms),
         )
     )
     return [(code, *lint) for code, lint in found if lint is not None]

@@ -1,4 +1,4 @@
-"""Step timing, robust statistics and the compile-time estimate.
+"""Step records, robust statistics and the compile-time estimate.
 
 A step that runs on a new signature pays XLA's compile time on top of its
 run time. With no Python reader for TensorFlow's compile counters, the
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from collections.abc import Sequence
 
 
@@ -41,6 +40,9 @@ class StepRecord:
         measured_compile_seconds: Each compilation's seconds as the
             backend measured them, in the order of `new` (JAX's compile
             events); empty where they are estimated (TensorFlow).
+        dispatch_seconds: The host's time in the call, from its start
+            until the function returned (its work may still be running
+            then); None where the return was not seen.
     """
 
     function: str
@@ -55,6 +57,7 @@ class StepRecord:
     warmup: bool = False
     entries: list = dataclasses.field(default_factory=list)
     measured_compile_seconds: list = dataclasses.field(default_factory=list)
+    dispatch_seconds: float | None = None
 
     @property
     def steps(self) -> int:
@@ -72,23 +75,6 @@ class StepRecord:
         return sum(
             s.batch_size() or 0 for step in self.signatures for s in step
         )
-
-
-def records_from_calls(
-    function: str, calls, clock_offset: float, steps_per_call: int
-) -> list[StepRecord]:
-    """Step records from raw `(first step, start, end)` perf_counter
-    triples; `clock_offset` turns perf_counter times into Unix times."""
-    return [
-        StepRecord(
-            function,
-            first,
-            end - start,
-            started_at=clock_offset + start,
-            fallback_steps=steps_per_call,
-        )
-        for first, start, end in calls
-    ]
 
 
 def ms(seconds: float | None) -> float | None:
@@ -118,6 +104,7 @@ class RunStatistics:
     steady_steps: int
     examples_per_second: float | None
     examples_per_second_overall: float | None
+    dispatch_median_seconds: float | None = None
 
 
 def run_statistics(
@@ -142,6 +129,11 @@ def run_statistics(
     median = percentile(per_step, 50)
     if not steady and fallback_median is not None:
         median = fallback_median
+    dispatch = [
+        r.dispatch_seconds / max(r.steps, 1)
+        for r in pool
+        if r.dispatch_seconds is not None
+    ]
     steady_time = sum(r.seconds for r in steady)
     steady_examples = sum(r.examples() for r in steady)
     all_time = sum(r.seconds for r in records)
@@ -158,6 +150,9 @@ def run_statistics(
         ),
         examples_per_second_overall=(
             all_examples / all_time if all_time > 0 and all_examples else None
+        ),
+        dispatch_median_seconds=(
+            percentile(dispatch, 50) if dispatch else None
         ),
     )
 
@@ -239,74 +234,3 @@ def attach_steps(
     return records
 
 
-class StepTimer:
-    """Wall time of every call of the train and test functions.
-
-    Each call costs two clock reads in a begin hook: a call ends where the
-    next one (or the run) begins. The raw `(first step, start, end)`
-    triples become `StepRecord`s only when flushed: once per run, or when
-    `capacity` calls are pending (the probe's ring buffer would wrap next;
-    `begin` and `close` then say so).
-
-    Args:
-        steps_per_call: Steps one call runs (`steps_per_execution`).
-        capacity: Calls kept raw before they must be flushed.
-    """
-
-    def __init__(self, steps_per_call: int, capacity: int) -> None:
-        self.steps_per_call = steps_per_call
-        self.capacity = capacity
-        # Unix time = perf_counter() + offset: one clock read per call.
-        self.clock_offset = time.time() - time.perf_counter()
-        self._raw: dict[str, list] = {"train": [], "test": []}
-        self._open: tuple | None = None
-        self._ended: float | None = None
-
-    @property
-    def in_call(self) -> bool:
-        """Whether a call has begun and not yet ended."""
-        return self._open is not None
-
-    def begin(
-        self, function: str, batch: int, now: float
-    ) -> tuple[str, int] | None:
-        """A call of `function` starting at step `batch`; `now` is the
-        perf_counter read at the very start of the hook (it ends the open
-        call). Returns `(function, next step)` when that function's
-        pending calls must be flushed now, else None."""
-        full = self.close(now)
-        self._open = (function, batch, time.perf_counter())
-        return full
-
-    def end(self, now: float) -> None:
-        """The open call's batch-end hook ran at `now` (perf_counter):
-        if no call begins after it, the call ends there (see `close`)."""
-        if self._open is not None:
-            self._ended = now
-
-    def close(self, now: float | None = None) -> tuple[str, int] | None:
-        """Ends the open call at `now` (the next call's begin); without
-        `now` (the run's end), at its batch-end hook if it ran, else at
-        this moment. Keras's loop, after a run's last call, ends the
-        data (and makes the next epoch's iterator) and computes the
-        epoch's metrics: 10-50 ms that were the last step's spike.
-        Returns `(function, next step)` when its pending calls must be
-        flushed."""
-        ended, self._ended = self._ended, None
-        now = now or ended or time.perf_counter()
-        if self._open is None:
-            return None
-        function, batch, start = self._open
-        self._open = None
-        raw = self._raw[function]
-        raw.append((batch, start, now))
-        if len(raw) >= self.capacity:
-            return function, batch + self.steps_per_call
-        return None
-
-    def flush(self, function: str) -> list[StepRecord]:
-        """`function`'s pending calls as new records, oldest first."""
-        raw, self._raw[function] = self._raw[function], []
-        return records_from_calls(
-            function, raw, self.clock_offset, self.steps_per_call
-        )

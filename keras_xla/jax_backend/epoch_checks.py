@@ -147,6 +147,7 @@ def lint(
         compile_seconds,
         params,
         steps=stats.steps,
+        dispatch_ms=stats.step_time_ms.get("dispatch_median"),
     )
 
 

@@ -330,7 +330,7 @@ class JaxFitRun(FitOwner):
                 (function,),
             )
 
-    # Per step: two clock reads.
+    # Per step: three clock reads.
 
     def step_begin(self, function: str, batch: int) -> None:
         now = time.perf_counter()
@@ -399,9 +399,12 @@ class JaxFitRun(FitOwner):
         if self.trial.pause(records, more):
             self._finish_trial()
 
-    def step_end(self) -> None:
+    def step_end(self, function: str, batch: int) -> None:
+        """A batch-end hook, maybe on Keras's worker thread: the call's
+        results exist (Keras read its logs)."""
+        now = time.perf_counter()
         if self.active:
-            self.log.end(time.perf_counter())
+            self.log.complete(function, batch, now)
 
     # Epochs and validation runs.
 

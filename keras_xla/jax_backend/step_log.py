@@ -1,7 +1,8 @@
 """JaxStepLog: a fit's step calls on JAX, as step records.
 
-The timer (`core.timing.StepTimer`) stamps each call from the batch-begin
-hooks; the tap (`tap.StepTap`) gives the same calls' batch signatures and
+The timer (`core.step_timer.StepTimer`) stamps each call's start from
+the batch-begin hook, its return from the tap and its completion from the
+batch-end hook (JAX returns before the step's work is done); the tap (`tap.StepTap`) gives the same calls' batch signatures and
 the compile events JAX reported inside them. Paired in order, they make
 `StepRecord`s whose compilations are JAX's own events, not inferred: each
 event of the step function is matched to the next step of the call whose
@@ -18,7 +19,8 @@ import weakref
 from typing import Any
 
 from keras_xla.core.signatures import Signature, SignatureTracker
-from keras_xla.core.timing import StepRecord, StepTimer
+from keras_xla.core.step_timer import StepTimer
+from keras_xla.core.timing import StepRecord
 from keras_xla.jax_backend.tap import StepTap, TapCall
 
 # A model's compiled signatures outlive a fit: JAX keeps the compiled
@@ -67,6 +69,9 @@ class JaxStepLog:
         self.tap = tap
         self.tracker = tracker
         self.timer = StepTimer(steps_per_call, 1 << 30)
+        # The step returns before its work is done: the tap stamps the
+        # return (the dispatch), the batch-end hook the completion.
+        tap.on_return = self.timer.returned
         self.records: dict[str, list[StepRecord]] = {"train": [], "test": []}
         self._retraces: dict[str, int] = {"train": 0, "test": 0}
 
@@ -74,8 +79,10 @@ class JaxStepLog:
         self.timer.begin(function, batch, now)
         self.tap.arm(function)
 
-    def end(self, now: float) -> None:
-        self.timer.end(now)
+    def complete(self, function: str, step: int, now: float) -> None:
+        """`function`'s call that ran `step` has its results at `now`
+        (any thread)."""
+        self.timer.complete(function, step, now)
 
     def close(self, now: float | None = None) -> None:
         self.timer.close(now)

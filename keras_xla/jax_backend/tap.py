@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from typing import Any
 
 import numpy as np
@@ -105,6 +106,8 @@ class StepTap:
         # A batch of each signature (its specs), for the HLO analysis.
         self.examples: dict[Signature, Any] = {}
         self.error_handler = None  # called with (function, exception)
+        # Called with the clock when an announced call returns.
+        self.on_return = None
         # Why a batch's signature could not be read (training went on).
         self.unreadable: list[str] = []
 
@@ -127,7 +130,10 @@ class StepTap:
                 self._armed[function] -= 1
             call = TapCall(function, hooked=hooked)
             try:
-                return fn(state, _TappedIterator(iterator, call, self))
+                result = fn(state, _TappedIterator(iterator, call, self))
+                if hooked and self.on_return is not None:
+                    self.on_return(time.perf_counter())
+                return result
             except StopIteration:
                 raise  # Keras's end of the data
             except Exception as error:

@@ -1,0 +1,207 @@
+"""StepTimer: how long each call of a step function really took.
+
+A step's time ends when its results exist, not when the call returns.
+JAX (and TensorFlow on a GPU) returns from the step at once and the device
+works on; timing the call would time the dispatch. Keras already waits for
+each step's results in one place: before a batch-end hook runs, its
+`CallbackList` turns the step's logs into Python numbers, which blocks
+until the step has computed them. With every callback async-safe (JAX),
+it does so on its own worker thread, so the training thread never waits;
+otherwise (TensorFlow, or a callback that is not async-safe) on the
+training thread, as it would without the tuner. The tuner's batch-end
+hook therefore reads the clock when the call's results exist, at no cost
+of its own: `complete()`, from whatever thread the hook runs on.
+
+A call's time is then the span it added to the loop's timeline: from the
+later of its start and the previous call's completion, to its own
+completion. Where the host runs ahead of the device (a pipelined loop),
+that is the time between two completions, the loop's true period; where
+steps do not overlap, from the call's start to its completion. A call
+without a completion (it raised, or Keras's loop gave no batch end) ends
+where the next call begins, as before. The host's own time in the call
+(start to return, `returned()`) is kept as the dispatch time.
+
+Stamps from a worker thread can be late (it needs the interpreter lock);
+the device finishes steps in order, so a later call's completion bounds
+an earlier one's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+from keras_xla.core.timing import StepRecord
+
+# Waiting for results that do not come: give up after this long without
+# a new completion (results that do come arrive steadily; the wait costs
+# the device nothing, it is busy with the steps waited for).
+STALL_SECONDS = 60.0
+
+
+@dataclasses.dataclass
+class _Call:
+    function: str
+    first: int
+    start: float
+    returned: float | None = None
+    closed: float | None = None
+    completed: float | None = None
+
+
+class StepTimer:
+    """Start, return and completion of every call of the step functions.
+
+    The training thread calls `begin`, `returned` and `close`; `complete`
+    may come from any thread. The calls become `StepRecord`s only when
+    flushed: once per run, or when `capacity` calls are pending (the
+    probe's ring buffer would wrap next; `begin` and `close` then say so).
+
+    Args:
+        steps_per_call: Steps one call runs (`steps_per_execution`).
+        capacity: Calls kept raw before they must be flushed.
+        stall_seconds: How long `flush` waits without a new completion.
+    """
+
+    def __init__(
+        self,
+        steps_per_call: int,
+        capacity: int,
+        stall_seconds: float = STALL_SECONDS,
+    ) -> None:
+        self.steps_per_call = steps_per_call
+        self.capacity = capacity
+        self.stall_seconds = stall_seconds
+        # Unix time = perf_counter() + offset: one clock read per call.
+        self.clock_offset = time.time() - time.perf_counter()
+        self._calls: list[_Call] = []  # chronological, not yet flushed
+        # The same calls by (function, first step), for batch-end hooks.
+        self._by_step: dict[tuple[str, int], _Call] = {}
+        self._open: _Call | None = None
+        self._closed = {"train": 0, "test": 0}
+        self._arrived = threading.Condition()  # guards the two above
+        self._last_completion: float | None = None
+
+    @property
+    def in_call(self) -> bool:
+        """Whether a call has begun and not yet ended."""
+        return self._open is not None
+
+    def begin(
+        self, function: str, batch: int, now: float
+    ) -> tuple[str, int] | None:
+        """A call of `function` starting at step `batch`; `now` is the
+        perf_counter read at the very start of the hook (it ends the open
+        call). Returns `(function, next step)` when that function's
+        pending calls must be flushed now, else None."""
+        full = self.close(now)
+        call = _Call(function, batch, time.perf_counter())
+        with self._arrived:
+            self._calls.append(call)
+            self._by_step[function, batch] = call
+        self._open = call
+        return full
+
+    def returned(self, now: float) -> None:
+        """The open call's function returned at `now` (its results may
+        not exist yet)."""
+        if self._open is not None:
+            self._open.returned = now
+
+    def complete(self, function: str, step: int, now: float) -> None:
+        """The results of `function`'s call that ran `step` exist at
+        `now` (a batch-end hook, after Keras read the step's logs). Safe
+        from any thread."""
+        with self._arrived:
+            for first in range(step, step - self.steps_per_call, -1):
+                call = self._by_step.get((function, first))
+                if call is not None:
+                    if call.completed is None:
+                        call.completed = max(now, call.returned or call.start)
+                    break
+            self._arrived.notify_all()
+
+    def close(self, now: float | None = None) -> tuple[str, int] | None:
+        """Ends the open call at `now` (the next call's begin, or the
+        run's end: this moment without `now`). Returns `(function, next
+        step)` when its pending calls must be flushed."""
+        call, self._open = self._open, None
+        if call is None:
+            return None
+        call.closed = now or time.perf_counter()
+        self._closed[call.function] += 1
+        if self._closed[call.function] >= self.capacity:
+            return call.function, call.first + self.steps_per_call
+        return None
+
+    def flush(self, function: str, wait: bool = True) -> list[StepRecord]:
+        """`function`'s closed calls as new records, oldest first. With
+        `wait`, first waits for the completion of each call that
+        returned (see `STALL_SECONDS`)."""
+        with self._arrived:
+            if wait:
+                self._wait(function)
+            self._bound_completions()
+            records, kept = [], []
+            previous = self._last_completion
+            for call in self._calls:
+                if call.function == function and call.closed is not None:
+                    records.append(self._record(call, previous))
+                    del self._by_step[call.function, call.first]
+                    if call.completed is not None:
+                        self._last_completion = max(
+                            self._last_completion or 0.0, call.completed
+                        )
+                else:
+                    kept.append(call)
+                if call.completed is not None:
+                    previous = max(previous or 0.0, call.completed)
+            self._calls = kept
+        self._closed[function] = 0
+        return records
+
+    def _record(self, call: _Call, previous: float | None) -> StepRecord:
+        if call.completed is not None:
+            seconds = call.completed - max(previous or 0.0, call.start)
+        else:
+            seconds = call.closed - call.start
+        dispatch = None
+        if call.returned is not None:
+            dispatch = max(call.returned - call.start, 0.0)
+        return StepRecord(
+            call.function,
+            call.first,
+            max(seconds, 0.0),
+            started_at=self.clock_offset + call.start,
+            fallback_steps=self.steps_per_call,
+            dispatch_seconds=dispatch,
+        )
+
+    def _bound_completions(self) -> None:
+        """A later call's completion bounds an earlier one's (the device
+        finishes calls in order; a worker thread's stamp can be late)."""
+        bound = None
+        for call in reversed(self._calls):
+            if call.completed is None:
+                continue
+            if bound is not None and call.completed > bound:
+                call.completed = max(bound, call.returned or call.start)
+            bound = call.completed
+
+    def _waiting(self, function: str) -> bool:
+        """Whether a closed call of `function` that returned has no
+        completion yet. Holds `_arrived`."""
+        return any(
+            call.function == function
+            and call.closed is not None
+            and call.returned is not None
+            and call.completed is None
+            for call in self._calls
+        )
+
+    def _wait(self, function: str) -> None:
+        """Holds `_arrived` (its `wait` lets completions in)."""
+        while self._waiting(function):
+            if not self._arrived.wait(self.stall_seconds):
+                return  # nothing came: stalled
