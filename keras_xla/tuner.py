@@ -311,9 +311,7 @@ class XLATuner(keras.callbacks.Callback):
         )
 
     def on_train_batch_end(self, batch, logs=None):
-        self._guarded(
-            "on_train_batch_end", self._run.step_end, "train", batch
-        )
+        self._guarded("on_train_batch_end", self._run.step_end, "train", batch)
 
     def on_test_begin(self, logs=None):
         if self._run is not None:

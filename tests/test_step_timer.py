@@ -26,21 +26,22 @@ def clock(monkeypatch):
     return set_reads
 
 
-def test_a_synchronous_call_ends_at_its_batch_end(clock):
+def test_a_synchronous_call_ends_where_the_next_begins(clock):
     # TensorFlow on a CPU: the batch end runs on the training thread once
-    # the call returned; what Keras does after it (other callbacks, ending
-    # the data, the epoch's metrics) is not the step's.
+    # the call returned, and the loop's period is from one start to the
+    # next; what Keras does after a run's last call (ending the data, the
+    # epoch's metrics) is not the step's.
     timer = StepTimer(1, 100)
-    clock(10.0, 11.0, 20.0)
+    clock(10.0, 11.0, 12.0, 20.0)
     timer.begin("train", 0, 9.9)  # starts at 10.0
     timer.complete("train", 0, 10.5)
     timer.begin("train", 1, 10.9)  # starts at 11.0
     timer.complete("train", 1, 11.25)
-    timer.close(12.0)  # the run's end
+    timer.close()  # the run's end (at 12.0): at its completion
     timer.begin("test", 0, 19.9)  # starts at 20.0
     timer.close(40.0)  # no batch end (it raised): ends here
     train, test = timer.flush("train"), timer.flush("test")
-    assert [r.seconds for r in train] == pytest.approx([0.5, 0.25])
+    assert [r.seconds for r in train] == pytest.approx([0.9, 0.25])
     assert [r.first_step for r in train] == [0, 1]
     assert [r.dispatch_seconds for r in train] == [None, None]
     assert [r.seconds for r in test] == pytest.approx([20.0])
@@ -66,19 +67,20 @@ def test_a_pipelined_loop_times_completions_not_calls(clock):
     )
 
 
-def test_an_idle_gap_is_not_a_step(clock):
-    # A call that starts after the previous one finished: from its start.
+def test_the_hosts_time_between_steps_is_the_loops(clock):
+    # The device waited for the host (a slow callback between the steps):
+    # the loop's period; the next step from its start.
     timer = StepTimer(1, 100)
-    clock(0.0, 5.0)
+    clock(0.0, 5.0, 6.0)
     timer.begin("train", 0, 0.0)
     timer.returned(0.01)
+    timer.complete("train", 0, 0.2)
     timer.begin("train", 1, 5.0)
     timer.returned(5.01)
-    timer.close(5.02)
-    timer.complete("train", 0, 0.2)
     timer.complete("train", 1, 5.3)
+    timer.close()  # the run's end: at the last completion
     assert [r.seconds for r in timer.flush("train")] == pytest.approx(
-        [0.2, 0.3]
+        [5.0, 0.3]
     )
 
 

@@ -12,14 +12,19 @@ training thread, as it would without the tuner. The tuner's batch-end
 hook therefore reads the clock when the call's results exist, at no cost
 of its own: `complete()`, from whatever thread the hook runs on.
 
-A call's time is then the span it added to the loop's timeline: from the
-later of its start and the previous call's completion, to its own
-completion. Where the host runs ahead of the device (a pipelined loop),
-that is the time between two completions, the loop's true period; where
-steps do not overlap, from the call's start to its completion. A call
-without a completion (it raised, or Keras's loop gave no batch end) ends
-where the next call begins, as before. The host's own time in the call
-(start to return, `returned()`) is kept as the dispatch time.
+A call's time is then its share of the loop's timeline: from the later
+of its start and the previous call's completion, to the later of its
+completion and the next call's start. Where the host runs ahead of the
+device (a pipelined loop), that is the time between two completions;
+where the device waits for the host (a synchronous backend, or a step
+shorter than its dispatch), the time between two starts, Keras's own
+work between the steps included. Either way the calls' times add up to
+the loop's wall time, and each is the loop's true period. A run's last
+call ends at its completion (what Keras does next, ending the data and
+the epoch, is not a step); a call without a completion (it raised, or
+Keras's loop gave no batch end) ends where the next call begins. The
+host's own time in the call (start to return, `returned()`) is kept as
+the dispatch time.
 
 Stamps from a worker thread can be late (it needs the interpreter lock);
 the device finishes steps in order, so a later call's completion bounds
@@ -48,6 +53,7 @@ class _Call:
     returned: float | None = None
     closed: float | None = None
     completed: float | None = None
+    next_begin: float | None = None  # closed by the next call's begin
 
 
 class StepTimer:
@@ -62,6 +68,7 @@ class StepTimer:
         steps_per_call: Steps one call runs (`steps_per_execution`).
         capacity: Calls kept raw before they must be flushed.
         stall_seconds: How long `flush` waits without a new completion.
+        record_type: The `StepRecord` class the calls become.
     """
 
     def __init__(
@@ -69,7 +76,9 @@ class StepTimer:
         steps_per_call: int,
         capacity: int,
         stall_seconds: float = STALL_SECONDS,
+        record_type: type[StepRecord] = StepRecord,
     ) -> None:
+        self.record_type = record_type
         self.steps_per_call = steps_per_call
         self.capacity = capacity
         self.stall_seconds = stall_seconds
@@ -130,6 +139,7 @@ class StepTimer:
         if call is None:
             return None
         call.closed = now or time.perf_counter()
+        call.next_begin = now
         self._closed[call.function] += 1
         if self._closed[call.function] >= self.capacity:
             return call.function, call.first + self.steps_per_call
@@ -162,14 +172,16 @@ class StepTimer:
         return records
 
     def _record(self, call: _Call, previous: float | None) -> StepRecord:
-        if call.completed is not None:
-            seconds = call.completed - max(previous or 0.0, call.start)
+        start = max(previous or 0.0, call.start)
+        if call.completed is None:
+            end = call.closed
         else:
-            seconds = call.closed - call.start
+            end = max(call.completed, call.next_begin or 0.0)
+        seconds = end - start
         dispatch = None
         if call.returned is not None:
             dispatch = max(call.returned - call.start, 0.0)
-        return StepRecord(
+        return self.record_type(
             call.function,
             call.first,
             max(seconds, 0.0),

@@ -232,5 +232,3 @@ def attach_steps(
             s for t, s in traces if begin <= t < begin + record.seconds
         )
     return records
-
-

@@ -2,8 +2,9 @@
 
 The timer (`core.step_timer.StepTimer`) stamps each call's start from
 the batch-begin hook, its return from the tap and its completion from the
-batch-end hook (JAX returns before the step's work is done); the tap (`tap.StepTap`) gives the same calls' batch signatures and
-the compile events JAX reported inside them. Paired in order, they make
+batch-end hook (JAX returns before the step's work is done); the tap
+(`tap.StepTap`) gives the same calls' batch signatures and the compile
+events JAX reported inside them. Paired in order, they make
 `StepRecord`s whose compilations are JAX's own events, not inferred: each
 event of the step function is matched to the next step of the call whose
 signature the function had not run before. An event with no such step
@@ -68,7 +69,9 @@ class JaxStepLog:
     ) -> None:
         self.tap = tap
         self.tracker = tracker
-        self.timer = StepTimer(steps_per_call, 1 << 30)
+        self.timer = StepTimer(
+            steps_per_call, 1 << 30, record_type=JaxStepRecord
+        )
         # The step returns before its work is done: the tap stamps the
         # return (the dispatch), the batch-end hook the completion.
         tap.on_return = self.timer.returned
@@ -95,11 +98,10 @@ class JaxStepLog:
         records = []
         for i, record in enumerate(timed):
             call = calls[i] if i < len(calls) else TapCall(function)
-            new = JaxStepRecord(**dataclasses.asdict(record))
-            new.signatures = [(s,) for s in call.signatures]
-            self._detect(function, new, call.events)
-            if new.signatures or new.measured_compile_seconds:
-                records.append(new)
+            record.signatures = [(s,) for s in call.signatures]
+            self._detect(function, record, call.events)
+            if record.signatures or record.measured_compile_seconds:
+                records.append(record)
         self.records[function].extend(records)
         return self.records[function]
 

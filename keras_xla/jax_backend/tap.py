@@ -83,9 +83,7 @@ class _TappedIterator:
     def __next__(self):
         data = next(self._iterator)
         try:
-            sig = signature_of(data)
-            self._call.signatures.append(sig)
-            self._tap.note_batch(self._call.function, sig, data)
+            self._call.signatures.append(self._tap.signature(data))
         except Exception as error:  # noqa: BLE001 - never stop training
             self._tap.unreadable.append(f"{type(error).__name__}: {error}")
         return data
@@ -105,6 +103,8 @@ class StepTap:
         self._armed = dict.fromkeys(FUNCTIONS, 0)
         # A batch of each signature (its specs), for the HLO analysis.
         self.examples: dict[Signature, Any] = {}
+        # Signatures by a batch's structure, shapes and dtypes.
+        self._seen: dict[tuple, Signature] = {}
         self.error_handler = None  # called with (function, exception)
         # Called with the clock when an announced call returns.
         self.on_return = None
@@ -115,9 +115,23 @@ class StepTap:
         """A batch-begin hook announced a call of `function`."""
         self._armed[function] += 1
 
-    def note_batch(self, function: str, sig: Signature, data: Any) -> None:
-        if sig not in self.examples and len(self.examples) < 64:
-            self.examples[sig] = _specs(data)
+    def signature(self, data: Any) -> Signature:
+        """`data`'s signature: looked up by its structure, shapes and
+        dtypes (one flatten in JAX's C++), read in full only for a batch
+        of a kind not seen before, whose specs are kept as an example
+        for the HLO analysis."""
+        import jax
+
+        leaves, structure = jax.tree_util.tree_flatten(data)
+        key = (structure, *((a.shape, a.dtype) for a in leaves))
+        sig = self._seen.get(key)
+        if sig is None:
+            sig = signature_of(data)
+            if len(self._seen) < 4096:
+                self._seen[key] = sig
+            if sig not in self.examples and len(self.examples) < 64:
+                self.examples[sig] = _specs(data)
+        return sig
 
     def wrap(self, function: str, fn: Any) -> Any:
         """`fn` (a Keras `train_function`/`test_function`) tapped."""
