@@ -11,10 +11,11 @@ callback that is not async-safe (so Keras reads each step's logs on the
 training thread: the step's results exist when it stamps). Printed per
 model: the separate fits' step medians, their speedup and its spread
 over the blocks, their wall time per step (a fit with no callback: the
-loop's own period, Keras's work between steps included), the tuner's XLA median against the separate XLA fits'
-(goal: within 10%), the verdict's speedup and range (goal: within 2x of
-the separate fits and on the same side of 1.0 where they are clearly
-apart), and "auto"'s choice against the faster separate fit.
+loop's own period, Keras's work between steps included), the tuner's
+XLA median against the separate XLA fits' (goal: within 10%),
+the verdict's speedup and range (goal: within 2x of the separate
+fits, on the same side of 1.0 where they are clearly apart), and
+"auto"'s choice against the faster separate fit.
 
 Models: keras-io's MNIST convnet (28x28x1, batch 128), a Transformer
 block on token ids (keras-io's text classifier: 200 tokens, batch 32)

@@ -67,6 +67,7 @@ def lint(
         misaligned,
         stats.steps,
         dispatch_ms=stats.step_time_ms.get("dispatch_median"),
+        tuner_ms=stats.step_time_ms.get("tuner_median"),
     )
 
 

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import sys
+import time
 import warnings
 
 sys.modules["tensorflow"] = None  # the JAX path must not import it
@@ -84,6 +85,8 @@ def summary(tuner, start):
                 "by_function": e.by_function,
                 "steps": e.steps,
                 "median": e.step_time_ms["median"],
+                "dispatch": e.step_time_ms["dispatch_median"],
+                "tuner": e.step_time_ms["tuner_median"],
                 "hits": e.compile_cache_hits,
                 "misses": e.compile_cache_misses,
             }
@@ -238,6 +241,140 @@ def unknown_length(log_dir):
         result["iterations"] = int(model.optimizer.iterations)
         result["steps_param"] = tuner.params.get("steps")
         out[str(n)] = result
+    return out
+
+
+# The planted step's known length: compiled by XLA, and op by op.
+XLA_MS, NO_XLA_MS = 20.0, 40.0
+
+
+class Sleep(keras.layers.Layer):
+    """Takes a known time in the step (a host callback, which JAX runs
+    before the call returns): `XLA_MS` where the step is compiled by XLA
+    (its variables are traced), `NO_XLA_MS` op by op."""
+
+    def build(self, shape):
+        self.marker = self.add_weight(
+            shape=(), initializer="zeros", trainable=False
+        )
+
+    def call(self, x):
+        compiled = isinstance(self.marker.value, jax.core.Tracer)
+        seconds = (XLA_MS if compiled else NO_XLA_MS) / 1000.0
+
+        def sleep(value):
+            time.sleep(seconds)
+            return value
+
+        held = jax.lax.stop_gradient(x)
+        spec = jax.ShapeDtypeStruct(x.shape, x.dtype)
+        return x + jax.pure_callback(sleep, spec, held) - held
+
+
+def planted_model(jit=True):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [keras.Input((4,)), Sleep(), keras.layers.Dense(1)]
+    )
+    model.compile("adam", "mse", jit_compile=jit)
+    return model
+
+
+class BlockingClock(keras.callbacks.Callback):
+    """Each step from its batch begin until its results exist (not
+    async-safe: Keras reads the step's logs on the training thread)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ms, self._start = [], 0.0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._start = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.ms.append((time.perf_counter() - self._start) * 1000.0)
+
+
+def planted_time(log_dir):
+    """A step of known length (20 ms with XLA, 40 ms without): the
+    tuner's times and verdict against separate fits timed by a blocking
+    clock."""
+    x = np.random.rand(8 * 40, 4).astype("float32")
+    y = np.random.rand(8 * 40, 1).astype("float32")
+    model = planted_model()
+    tuner = keras_xla.XLATuner(log_dir=log_dir, verbose=0)
+    start = len(EVENTS)
+    model.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[tuner])
+    out = summary(tuner, start)
+    separate = {}
+    for jit in (False, True):
+        clock = BlockingClock()
+        planted_model(jit).fit(x, y, batch_size=8, verbose=0, callbacks=[clock])
+        separate["xla" if jit else "no_xla"] = clock.ms[1:]
+    out["separate"] = separate
+    return out
+
+
+def convnet():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((28, 28, 1)),
+            keras.layers.Conv2D(16, 3, activation="relu"),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Conv2D(32, 3, activation="relu"),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Flatten(),
+            keras.layers.Dense(10),
+        ]
+    )
+    model.compile(
+        "adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
+    return model
+
+
+class LoopClock(keras.callbacks.Callback):
+    """Each epoch's train loop, from its first batch begin to the epoch's
+    end (Keras has waited for every step's logs by then). Async-safe:
+    the loop stays asynchronous."""
+
+    async_safe = True
+
+    def __init__(self):
+        super().__init__()
+        self.seconds, self._start = [], None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._start = None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self._start is None:
+            self._start = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.seconds.append(time.perf_counter() - self._start)
+
+
+def async_time(log_dir):
+    """A convnet on 28x28 images in batches of 128, whose jitted step
+    JAX returns from long before its work is done: the tuner's steps
+    against the loop's wall time, and a separate fit's blocking clock."""
+    rng = np.random.default_rng(0)
+    x = rng.random((128 * 24, 28, 28, 1), dtype=np.float32)
+    y = rng.integers(0, 10, 128 * 24)
+    model = convnet()
+    tuner = keras_xla.XLATuner(log_dir=log_dir, verbose=0, baseline=False)
+    clock = LoopClock()
+    start = len(EVENTS)
+    model.fit(
+        x, y, batch_size=128, epochs=2, verbose=0, callbacks=[tuner, clock]
+    )
+    out = summary(tuner, start)
+    out["loop_seconds"] = clock.seconds
+    blocking = BlockingClock()
+    convnet().fit(x, y, batch_size=128, verbose=0, callbacks=[blocking])
+    out["separate"] = blocking.ms[1:]
     return out
 
 

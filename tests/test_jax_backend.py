@@ -584,3 +584,49 @@ def test_the_precision_trial_runs_on_jax(precision_fits):
     both = auto["both"]["decision"]["candidates"]
     measured = [c["name"] for c in both if c["measured_steps"]]
     assert "no_xla/mixed_bfloat16" in measured
+
+
+@pytest.fixture(scope="module")
+def timed(tmp_path_factory):
+    """A step of known length (20 ms with XLA, 40 ms without), and a
+    convnet's step that JAX returns from before its work is done."""
+    return run(tmp_path_factory.mktemp("timed"), "planted_time", "async_time")
+
+
+def test_step_times_end_when_the_results_exist(timed):
+    import statistics
+
+    result = timed["async_time"]
+    for epoch in result["epochs"]:
+        # The call returns long before the step's work is done.
+        assert epoch["median"] > 4 * epoch["dispatch"]
+    # The steps' times add up to the loop's wall time (the second epoch:
+    # no compilation).
+    last, loop = result["epochs"][-1], result["loop_seconds"][-1]
+    assert last["compilations"] == 0
+    assert last["median"] * last["steps"] / 1000.0 == pytest.approx(
+        loop, rel=0.2
+    )
+    # A separate fit, each step timed until its logs were read.
+    separate = statistics.median(result["separate"])
+    assert result["epochs"][-1]["median"] == pytest.approx(separate, rel=0.25)
+
+
+def test_a_known_step_time_and_the_verdict_against_separate_fits(timed):
+    import statistics
+
+    result = timed["planted_time"]
+    separate = result["separate"]
+    xla = statistics.median(separate["xla"])
+    assert xla >= 20.0  # the planted computation ran
+    assert result["epochs"][-1]["median"] == pytest.approx(xla, rel=0.1)
+    truth = statistics.median(separate["no_xla"]) / xla
+    assert 1.5 < truth < 4.0  # 40 ms (and op-by-op dispatch) against 20
+    verdict = result["verdict"]
+    assert verdict["speedup"] == pytest.approx(truth, rel=0.15)
+    low, high = verdict["speedup_low"], verdict["speedup_high"]
+    assert low <= verdict["speedup"] <= high
+    assert low / 1.1 <= truth <= high * 1.1
+    baseline = result["baseline"]
+    assert baseline["no_xla_step_ms"] >= 40.0
+    assert baseline["xla_step_ms"] >= 20.0

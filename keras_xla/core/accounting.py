@@ -233,6 +233,8 @@ class Accountant:
                 "p90": ms(stats.p90_seconds),
                 # The host's time in the call (None: not seen apart).
                 "dispatch_median": ms(stats.dispatch_median_seconds),
+                # The tuner's own work per step (its cost).
+                "tuner_median": ms(stats.own_median_seconds),
             },
             examples_per_second=_round(stats.examples_per_second),
             examples_per_second_overall=_round(

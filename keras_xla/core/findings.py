@@ -56,6 +56,7 @@ AUTO_CLUSTERING_UNCOUNTED = "auto-clustering-uncounted"
 DISPATCH_BOUND_STEPS = "dispatch-bound-steps"
 COMPILE_DOMINATES = "compile-dominates"
 TENSOR_CORE_ALIGNMENT = "tensor-core-alignment"
+TUNER_OVERHEAD = "tuner-overhead"
 # Precision.
 POLICY_SET_AFTER_BUILD = "policy-set-after-build"
 LOW_PRECISION_OUTPUT = "low-precision-output"
@@ -108,6 +109,7 @@ CODES: dict[str, Code] = _table(
     (AUTO_CLUSTERING_INACTIVE, "warning", "auto-clustering asked, not on"),
     (AUTO_CLUSTERING_UNCOUNTED, "warning", "clusters compile uncounted"),
     (DISPATCH_BOUND_STEPS, "info", "launching a step costs as much as it"),
+    (TUNER_OVERHEAD, "info", "the tuner's own work is over 1% of a step"),
     (COMPILE_DOMINATES, "warning", "compiling costs more than it saves"),
     (TENSOR_CORE_ALIGNMENT, "info", "sizes keep tensor cores idle"),
     (POLICY_SET_AFTER_BUILD, "warning", "the policy came after the build"),

@@ -51,6 +51,33 @@ def dispatch_bound(
     )
 
 
+OVERHEAD_SHARE = 0.01  # the tuner's goal: under 1% of a step
+
+
+def tuner_overhead(
+    median_ms: float | None, tuner_ms: float | None, steps_per_execution: int
+) -> tuple[str, str] | None:
+    """The tuner's own work per step (`tuner_ms`, measured in its hooks)
+    over `OVERHEAD_SHARE` of the median step: a step too short to time
+    without cost."""
+    if not median_ms or tuner_ms is None:
+        return None
+    if tuner_ms <= OVERHEAD_SHARE * median_ms:
+        return None
+    return (
+        f"The tuner's own work takes {tuner_ms * 1000:.1f} us of each "
+        f"{median_ms:.3f} ms step ({tuner_ms / median_ms:.1%}; its goal "
+        "is under 1%): a step this short cannot be timed for free, and "
+        "its figures include that cost.",
+        (
+            f"Run more steps per call (steps_per_execution="
+            f"{max(2 * steps_per_execution, 16)}): the tuner works once "
+            "per call. Or keep the tuner for a diagnostic run and train "
+            "without it."
+        ),
+    )
+
+
 def compile_dominates(
     compile_seconds: float, median_ms: float | None, planned_steps: int | None
 ) -> tuple[str, str] | None:
@@ -99,6 +126,7 @@ def epoch_lints(
     misaligned: list[str] = (),
     steps: int | None = None,
     dispatch_ms: float | None = None,
+    tuner_ms: float | None = None,
 ) -> list[tuple[str, str, str]]:
     """Every lint of one epoch, as `(code, message, fix)`; the
     first-epoch lints (alignment, compile cost) only for epoch 0."""
@@ -131,6 +159,12 @@ def epoch_lints(
         (
             codes.DISPATCH_BOUND_STEPS,
             dispatch_bound(median_ms, steps_per_execution, dispatch_ms),
+        )
+    )
+    found.append(
+        (
+            codes.TUNER_OVERHEAD,
+            tuner_overhead(median_ms, tuner_ms, steps_per_execution),
         )
     )
     return [(code, *lint) for code, lint in found if lint is not None]

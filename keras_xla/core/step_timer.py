@@ -24,7 +24,7 @@ call ends at its completion (what Keras does next, ending the data and
 the epoch, is not a step); a call without a completion (it raised, or
 Keras's loop gave no batch end) ends where the next call begins. The
 host's own time in the call (start to return, `returned()`) is kept as
-the dispatch time.
+the dispatch time, and the tuner's own time in its hooks as its cost.
 
 Stamps from a worker thread can be late (it needs the interpreter lock);
 the device finishes steps in order, so a later call's completion bounds
@@ -45,11 +45,12 @@ from keras_xla.core.timing import StepRecord
 STALL_SECONDS = 60.0
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class _Call:
     function: str
     first: int
     start: float
+    own: float  # the tuner's own seconds in the call's hooks and tap
     returned: float | None = None
     closed: float | None = None
     completed: float | None = None
@@ -105,18 +106,20 @@ class StepTimer:
         call). Returns `(function, next step)` when that function's
         pending calls must be flushed now, else None."""
         full = self.close(now)
-        call = _Call(function, batch, time.perf_counter())
+        start = time.perf_counter()
+        call = _Call(function, batch, start, start - now)
         with self._arrived:
             self._calls.append(call)
             self._by_step[function, batch] = call
         self._open = call
         return full
 
-    def returned(self, now: float) -> None:
+    def returned(self, now: float, own: float = 0.0) -> None:
         """The open call's function returned at `now` (its results may
-        not exist yet)."""
+        not exist yet); the tuner spent `own` seconds of its own in it."""
         if self._open is not None:
             self._open.returned = now
+            self._open.own += own
 
     def complete(self, function: str, step: int, now: float) -> None:
         """The results of `function`'s call that ran `step` exist at
@@ -188,6 +191,7 @@ class StepTimer:
             started_at=self.clock_offset + call.start,
             fallback_steps=self.steps_per_call,
             dispatch_seconds=dispatch,
+            own_seconds=call.own,
         )
 
     def _bound_completions(self) -> None:

@@ -43,6 +43,8 @@ class StepRecord:
         dispatch_seconds: The host's time in the call, from its start
             until the function returned (its work may still be running
             then); None where the return was not seen.
+        own_seconds: The tuner's own time in the call's hooks (its cost
+            to the step).
     """
 
     function: str
@@ -58,6 +60,7 @@ class StepRecord:
     entries: list = dataclasses.field(default_factory=list)
     measured_compile_seconds: list = dataclasses.field(default_factory=list)
     dispatch_seconds: float | None = None
+    own_seconds: float = 0.0
 
     @property
     def steps(self) -> int:
@@ -105,6 +108,7 @@ class RunStatistics:
     examples_per_second: float | None
     examples_per_second_overall: float | None
     dispatch_median_seconds: float | None = None
+    own_median_seconds: float | None = None
 
 
 def run_statistics(
@@ -153,6 +157,9 @@ def run_statistics(
         ),
         dispatch_median_seconds=(
             percentile(dispatch, 50) if dispatch else None
+        ),
+        own_median_seconds=percentile(
+            [r.own_seconds / max(r.steps, 1) for r in pool], 50
         ),
     )
 

@@ -148,6 +148,7 @@ def lint(
         params,
         steps=stats.steps,
         dispatch_ms=stats.step_time_ms.get("dispatch_median"),
+        tuner_ms=stats.step_time_ms.get("tuner_median"),
     )
 
 

@@ -49,7 +49,7 @@ def signature_of(data: Any, trace: int = 0) -> Signature:
     )
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class TapCall:
     """One call of a tapped step function.
 
@@ -60,6 +60,7 @@ class TapCall:
         hooked: Whether a batch-begin hook announced the call (else it ran
             outside the fit's own steps: a callback's `evaluate`).
         error: The exception that ended the call, if any (its name).
+        own: The tap's own seconds in the call.
     """
 
     function: str
@@ -67,6 +68,7 @@ class TapCall:
     events: list = dataclasses.field(default_factory=list)
     hooked: bool = True
     error: str | None = None
+    own: float = 0.0
 
 
 class _TappedIterator:
@@ -82,10 +84,12 @@ class _TappedIterator:
 
     def __next__(self):
         data = next(self._iterator)
+        start = time.perf_counter()
         try:
             self._call.signatures.append(self._tap.signature(data))
         except Exception as error:  # noqa: BLE001 - never stop training
             self._tap.unreadable.append(f"{type(error).__name__}: {error}")
+        self._call.own += time.perf_counter() - start
         return data
 
 
@@ -139,14 +143,17 @@ class StepTap:
             fn = fn._keras_xla_tapped
 
         def tapped(state, iterator):
+            entered = time.perf_counter()
             hooked = self._armed[function] > 0
             if hooked:
                 self._armed[function] -= 1
             call = TapCall(function, hooked=hooked)
+            tapped_iterator = _TappedIterator(iterator, call, self)
+            call.own = time.perf_counter() - entered
             try:
-                result = fn(state, _TappedIterator(iterator, call, self))
+                result = fn(state, tapped_iterator)
                 if hooked and self.on_return is not None:
-                    self.on_return(time.perf_counter())
+                    self.on_return(time.perf_counter(), call.own)
                 return result
             except StopIteration:
                 raise  # Keras's end of the data
