@@ -120,6 +120,10 @@ def summary(tuner, start):
         # What the epoch lints read, to check them against core.lints.
         "lints": {
             "medians": [e.step_time_ms["median"] for e in report.epochs],
+            "dispatch": [
+                e.step_time_ms["dispatch_median"] for e in report.epochs
+            ],
+            "tuner": [e.step_time_ms["tuner_median"] for e in report.epochs],
             "steps": [e.steps for e in report.epochs],
             "compile_seconds": [e.compile_seconds for e in report.epochs],
             "params": {k: tuner.params.get(k) for k in ("steps", "epochs")},

@@ -59,7 +59,7 @@ def fits(tmp_path_factory):
 # The epoch lints read measured step times: whether they fire depends on
 # the machine, so the scenarios' codes are compared without them, and
 # `test_epoch_lints_are_the_cores_on_the_reports_figures` checks them.
-LINTS = {"dispatch-bound-steps", "compile-dominates"}
+LINTS = {"dispatch-bound-steps", "compile-dominates", "tuner-overhead"}
 
 
 def codes_of(summary):
@@ -402,6 +402,8 @@ def expected_lints(summary):
             compiled,
             figures["params"],
             steps=figures["steps"][epoch],
+            dispatch_ms=figures["dispatch"][epoch],
+            tuner_ms=figures["tuner"][epoch],
         )
         seen += [code for code, _, _ in found if code not in seen]
     return sorted(seen)

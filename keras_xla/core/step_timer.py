@@ -39,10 +39,13 @@ import time
 
 from keras_xla.core.timing import StepRecord
 
-# Waiting for results that do not come: give up after this long without
-# a new completion (results that do come arrive steadily; the wait costs
-# the device nothing, it is busy with the steps waited for).
-STALL_SECONDS = 60.0
+# Waiting for results that do not come (a callback before the tuner's
+# raised on Keras's thread, and Keras will say so): give up after this
+# long without a new completion, or ten times the longest a step's
+# results took to come.
+# Results that do come arrive steadily, and the wait costs the device
+# nothing: it is busy with the steps waited for.
+STALL_SECONDS = 10.0
 
 
 @dataclasses.dataclass(slots=True)
@@ -68,7 +71,8 @@ class StepTimer:
     Args:
         steps_per_call: Steps one call runs (`steps_per_execution`).
         capacity: Calls kept raw before they must be flushed.
-        stall_seconds: How long `flush` waits without a new completion.
+        stall_seconds: How long `flush` waits without a new completion
+            (at least; ten times the longest step's device time if longer).
         record_type: The `StepRecord` class the calls become.
     """
 
@@ -92,6 +96,9 @@ class StepTimer:
         self._closed = {"train": 0, "test": 0}
         self._arrived = threading.Condition()  # guards the two above
         self._last_completion: float | None = None
+        # The longest a call's results came after it returned and the
+        # call before it completed (a step's device time), in seconds.
+        self._longest = 0.0
 
     @property
     def in_call(self) -> bool:
@@ -161,6 +168,12 @@ class StepTimer:
             for call in self._calls:
                 if call.function == function and call.closed is not None:
                     records.append(self._record(call, previous))
+                    if call.completed is not None and call.returned:
+                        # The device's time on the call alone.
+                        waited = call.completed - max(
+                            previous or 0.0, call.returned
+                        )
+                        self._longest = max(self._longest, waited)
                     del self._by_step[call.function, call.first]
                     if call.completed is not None:
                         self._last_completion = max(
@@ -219,5 +232,6 @@ class StepTimer:
     def _wait(self, function: str) -> None:
         """Holds `_arrived` (its `wait` lets completions in)."""
         while self._waiting(function):
-            if not self._arrived.wait(self.stall_seconds):
+            stall = max(self.stall_seconds, 10.0 * self._longest)
+            if not self._arrived.wait(stall):
                 return  # nothing came: stalled

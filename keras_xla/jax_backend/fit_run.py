@@ -306,6 +306,7 @@ class JaxFitRun(FitOwner):
         back and the report written."""
         if not self.active:
             return
+        self.log.wait = False  # a call's batch end may never come
         try:
             if self._testing:
                 self.test_end()

@@ -76,6 +76,9 @@ class JaxStepLog:
         # return (the dispatch), the batch-end hook the completion.
         tap.on_return = self.timer.returned
         self.records: dict[str, list[StepRecord]] = {"train": [], "test": []}
+        # Whether collecting waits for the calls' results (not when the
+        # fit raised: a call's batch end may never come).
+        self.wait = True
         self._retraces: dict[str, int] = {"train": 0, "test": 0}
 
     def begin(self, function: str, batch: int, now: float) -> None:
@@ -91,9 +94,10 @@ class JaxStepLog:
         self.timer.close(now)
 
     def collect(self, function: str) -> list[StepRecord]:
-        """Turns `function`'s pending calls into records; returns all of
-        its records so far."""
-        timed = self.timer.flush(function)
+        """Turns `function`'s pending calls into records (after their
+        results exist, unless `wait` was turned off); returns all of its
+        records so far."""
+        timed = self.timer.flush(function, wait=self.wait)
         calls = self.tap.take(function)
         records = []
         for i, record in enumerate(timed):
