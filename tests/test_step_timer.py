@@ -101,6 +101,34 @@ def test_a_late_stamp_is_bounded_by_the_next_completion(clock):
     assert sum(seconds) == pytest.approx(0.2)  # the span is kept
 
 
+def test_results_seen_ready_date_a_host_bound_step(clock):
+    # A step shorter than its launch: each call's results exist when the
+    # next call begins, while Keras's thread stamped them late, in one
+    # burst at the end.
+    starts = [0.0, 0.1, 0.2, 0.3]
+    timer = StepTimer(1, 100)
+    clock(*starts)
+    for step, start in enumerate(starts):
+        timer.begin("train", step, start)
+        timer.returned(start + 0.05, ready=lambda: True)
+    timer.close(0.4)  # the next run's begin
+    for step in range(4):
+        timer.complete("train", step, 0.9 + step * 0.001)
+    records = timer.flush("train")
+    assert [r.seconds for r in records] == pytest.approx([0.1] * 4)
+    # Not ready yet when the next call begins: the stamp stands.
+    clock(1.0, 1.1)
+    timer.begin("train", 0, 1.0)
+    timer.returned(1.01, ready=lambda: False)
+    timer.begin("train", 1, 1.1)
+    timer.close()
+    timer.complete("train", 0, 1.5)
+    timer.complete("train", 1, 1.6)
+    assert [r.seconds for r in timer.flush("train")] == pytest.approx(
+        [0.5, 0.1]
+    )
+
+
 def test_steps_per_execution_matches_each_calls_last_step(clock):
     timer = StepTimer(4, 100)
     clock(0.0, 0.01)

@@ -26,9 +26,13 @@ Keras's loop gave no batch end) ends where the next call begins. The
 host's own time in the call (start to return, `returned()`) is kept as
 the dispatch time, and the tuner's own time in its hooks as its cost.
 
-Stamps from a worker thread can be late (it needs the interpreter lock);
-the device finishes steps in order, so a later call's completion bounds
-an earlier one's.
+Stamps from a worker thread can be late, and come in bursts: it needs the
+interpreter lock, which a training thread that is busy launching steps
+keeps. So when a call begins, the timer also asks the call before it,
+without waiting, whether its results exist (`jax.Array.is_ready`): if
+they do, they existed by then, which dates the completion of every step
+that finished before the next one began exactly. And the device finishes
+steps in order, so a later call's completion bounds an earlier one's.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections.abc import Callable
 
 from keras_xla.core.timing import StepRecord
 
@@ -58,6 +63,8 @@ class _Call:
     closed: float | None = None
     completed: float | None = None
     next_begin: float | None = None  # closed by the next call's begin
+    # Whether the call's results exist yet, asked without waiting.
+    ready: Callable[[], bool] | None = None
 
 
 class StepTimer:
@@ -121,12 +128,38 @@ class StepTimer:
         self._open = call
         return full
 
-    def returned(self, now: float, own: float = 0.0) -> None:
+    def returned(
+        self,
+        now: float,
+        own: float = 0.0,
+        ready: Callable[[], bool] | None = None,
+    ) -> None:
         """The open call's function returned at `now` (its results may
-        not exist yet); the tuner spent `own` seconds of its own in it."""
+        not exist yet); the tuner spent `own` seconds of its own in it.
+        `ready` says, without waiting, whether its results exist: asked
+        when the next call begins, it dates the completion of a step
+        that finished before then exactly (a batch-end hook on Keras's
+        thread may run late when the training thread keeps the
+        interpreter busy)."""
         if self._open is not None:
             self._open.returned = now
             self._open.own += own
+            self._open.ready = ready
+
+    def _check_ready(self, now: float) -> None:
+        call = self._open
+        if call is None or call.ready is None:
+            return
+        ready, call.ready = call.ready, None
+        try:
+            done = ready()
+        except Exception:  # noqa: BLE001 - a deleted array: unknown
+            return
+        if done:
+            with self._arrived:
+                if call.completed is None or call.completed > now:
+                    call.completed = max(now, call.returned or call.start)
+                self._arrived.notify_all()
 
     def complete(self, function: str, step: int, now: float) -> None:
         """The results of `function`'s call that ran `step` exist at
@@ -138,6 +171,7 @@ class StepTimer:
                 if call is not None:
                     if call.completed is None:
                         call.completed = max(now, call.returned or call.start)
+                    call.ready = None
                     break
             self._arrived.notify_all()
 
@@ -145,10 +179,12 @@ class StepTimer:
         """Ends the open call at `now` (the next call's begin, or the
         run's end: this moment without `now`). Returns `(function, next
         step)` when its pending calls must be flushed."""
-        call, self._open = self._open, None
-        if call is None:
+        if self._open is None:
             return None
-        call.closed = now or time.perf_counter()
+        closed = now or time.perf_counter()
+        self._check_ready(closed)
+        call, self._open = self._open, None
+        call.closed = closed
         call.next_begin = now
         self._closed[call.function] += 1
         if self._closed[call.function] >= self.capacity:

@@ -153,7 +153,9 @@ class StepTap:
             try:
                 result = fn(state, tapped_iterator)
                 if hooked and self.on_return is not None:
-                    self.on_return(time.perf_counter(), call.own)
+                    self.on_return(
+                        time.perf_counter(), call.own, _readiness(result)
+                    )
                 return result
             except StopIteration:
                 raise  # Keras's end of the data
@@ -177,6 +179,18 @@ class StepTap:
     def take_outside(self) -> list[TapCall]:
         calls, self.outside = self.outside, []
         return calls
+
+
+def _readiness(result: Any) -> Any:
+    """`is_ready` of one of a step's logs (all of one jitted call's
+    outputs are ready together; the logs are not donated to the next
+    call, unlike its state), or None."""
+    try:
+        logs = result[0]
+        value = next(iter(logs.values())) if isinstance(logs, dict) else None
+        return getattr(value, "is_ready", None)
+    except Exception:  # noqa: BLE001 - never stop training
+        return None
 
 
 def untapped(fn: Any) -> Any:
