@@ -101,7 +101,10 @@ class StepTimer:
         self._by_step: dict[tuple[str, int], _Call] = {}
         self._open: _Call | None = None
         self._closed = {"train": 0, "test": 0}
-        self._arrived = threading.Condition()  # guards the two above
+        # A waiting `flush` sleeps on it; set while one may wait (set
+        # before it looks, so a completion after the look wakes it).
+        self._arrived = threading.Condition(threading.Lock())
+        self._flushing = False
         self._last_completion: float | None = None
         # The longest a call's results came after it returned and the
         # call before it completed (a step's device time), in seconds.
@@ -122,9 +125,8 @@ class StepTimer:
         full = self.close(now)
         start = time.perf_counter()
         call = _Call(function, batch, start, start - now)
-        with self._arrived:
-            self._calls.append(call)
-            self._by_step[function, batch] = call
+        self._calls.append(call)
+        self._by_step[function, batch] = call
         self._open = call
         return full
 
@@ -155,25 +157,26 @@ class StepTimer:
             done = ready()
         except Exception:  # noqa: BLE001 - a deleted array: unknown
             return
-        if done:
-            with self._arrived:
-                if call.completed is None or call.completed > now:
-                    call.completed = max(now, call.returned or call.start)
-                self._arrived.notify_all()
+        if done and (call.completed is None or call.completed > now):
+            call.completed = max(now, call.returned or call.start)
 
     def complete(self, function: str, step: int, now: float) -> None:
         """The results of `function`'s call that ran `step` exist at
         `now` (a batch-end hook, after Keras read the step's logs). Safe
         from any thread."""
-        with self._arrived:
-            for first in range(step, step - self.steps_per_call, -1):
-                call = self._by_step.get((function, first))
-                if call is not None:
-                    if call.completed is None:
-                        call.completed = max(now, call.returned or call.start)
-                    call.ready = None
-                    break
-            self._arrived.notify_all()
+        # No lock on the way (a dict look-up and an attribute are atomic):
+        # the training thread's hooks never wait for this one; only a
+        # waiting `flush` is woken, under the lock.
+        for first in range(step, step - self.steps_per_call, -1):
+            call = self._by_step.get((function, first))
+            if call is not None:
+                if call.completed is None:
+                    call.completed = max(now, call.returned or call.start)
+                call.ready = None
+                break
+        if self._flushing:
+            with self._arrived:
+                self._arrived.notify_all()
 
     def close(self, now: float | None = None) -> tuple[str, int] | None:
         """Ends the open call at `now` (the next call's begin, or the
@@ -195,31 +198,30 @@ class StepTimer:
         """`function`'s closed calls as new records, oldest first. With
         `wait`, first waits for the completion of each call that
         returned (see `STALL_SECONDS`)."""
-        with self._arrived:
-            if wait:
-                self._wait(function)
-            self._bound_completions()
-            records, kept = [], []
-            previous = self._last_completion
-            for call in self._calls:
-                if call.function == function and call.closed is not None:
-                    records.append(self._record(call, previous))
-                    if call.completed is not None and call.returned:
-                        # The device's time on the call alone.
-                        waited = call.completed - max(
-                            previous or 0.0, call.returned
-                        )
-                        self._longest = max(self._longest, waited)
-                    del self._by_step[call.function, call.first]
-                    if call.completed is not None:
-                        self._last_completion = max(
-                            self._last_completion or 0.0, call.completed
-                        )
-                else:
-                    kept.append(call)
+        if wait:
+            self._wait(function)
+        self._bound_completions()
+        records, kept = [], []
+        previous = self._last_completion
+        for call in self._calls:
+            if call.function == function and call.closed is not None:
+                records.append(self._record(call, previous))
+                if call.completed is not None and call.returned:
+                    # The device's time on the call alone.
+                    waited = call.completed - max(
+                        previous or 0.0, call.returned
+                    )
+                    self._longest = max(self._longest, waited)
+                del self._by_step[call.function, call.first]
                 if call.completed is not None:
-                    previous = max(previous or 0.0, call.completed)
-            self._calls = kept
+                    self._last_completion = max(
+                        self._last_completion or 0.0, call.completed
+                    )
+            else:
+                kept.append(call)
+            if call.completed is not None:
+                previous = max(previous or 0.0, call.completed)
+        self._calls = kept
         self._closed[function] = 0
         return records
 
@@ -256,7 +258,7 @@ class StepTimer:
 
     def _waiting(self, function: str) -> bool:
         """Whether a closed call of `function` that returned has no
-        completion yet. Holds `_arrived`."""
+        completion yet."""
         return any(
             call.function == function
             and call.closed is not None
@@ -266,8 +268,14 @@ class StepTimer:
         )
 
     def _wait(self, function: str) -> None:
-        """Holds `_arrived` (its `wait` lets completions in)."""
-        while self._waiting(function):
-            stall = max(self.stall_seconds, 10.0 * self._longest)
-            if not self._arrived.wait(stall):
-                return  # nothing came: stalled
+        """Until each returned call of `function` has its completion (see
+        `STALL_SECONDS`)."""
+        with self._arrived:
+            self._flushing = True
+            try:
+                while self._waiting(function):
+                    stall = max(self.stall_seconds, 10.0 * self._longest)
+                    if not self._arrived.wait(stall):
+                        return  # nothing came: stalled
+            finally:
+                self._flushing = False
