@@ -21,29 +21,21 @@ from collections.abc import Sequence
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TF loads
 
+from keras_xla import backends  # noqa: E402
 from keras_xla.core import compare, reading, render  # noqa: E402
 from keras_xla.core.report import REPORT_FILENAME, XLAReport  # noqa: E402
-from keras_xla.tf_backend import doctor  # noqa: E402
 
 USAGE_ERROR = 2
 
 
 def run_doctor(args: argparse.Namespace) -> int:
-    checks = doctor
-    if _backend() == "jax":  # no TensorFlow needed
-        from keras_xla.jax_backend import doctor as checks
+    checks = backends.doctor()
     diagnosis = checks.collect_diagnosis()
     if args.json:
         print(json.dumps(diagnosis, indent=2, default=str))
     else:
         print(checks.render_diagnosis(diagnosis))
     return 0 if diagnosis["healthy"] else 1
-
-
-def _backend() -> str:
-    import keras_xla
-
-    return keras_xla._BACKEND
 
 
 # Report.

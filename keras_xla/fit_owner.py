@@ -1,6 +1,6 @@
 """What every backend's owner of a fit holds, and how it closes an epoch.
 
-`keras_xla.fit_run.FitRun` (TensorFlow) and
+`keras_xla.tf_backend.fit_run.FitRun` (TensorFlow) and
 `keras_xla.jax_backend.fit_run.JaxFitRun` (JAX) own one `fit` each: the
 tuner's hooks call the same methods on either. Both start from the same
 state (the report, its findings, the accountant, the outputs) and close

@@ -3,8 +3,8 @@
 The callback is a thin set of hooks: it holds its arguments as one
 checked value (`keras_xla.settings.Settings`; `tuner.<argument>` reads
 and, checked, sets it), and each hook hands over to the fit's owner
-(`keras_xla.fit_run.FitRun`, or on JAX `keras_xla.jax_backend`) that
-holds the state of the current `fit`. Nothing below the callback imports
+(`keras_xla.backends.fit_owner()`: TensorFlow's or JAX's) that holds
+the state of the current `fit`. Nothing below the callback imports
 it or reaches into it.
 """
 
@@ -18,19 +18,14 @@ from typing import Any
 import keras
 from keras.src.utils import io_utils
 
+from keras_xla import backends
 from keras_xla.core import findings as codes
 from keras_xla.core.report import XLAReport
 from keras_xla.settings import ARGUMENTS, Settings
-from keras_xla.tf_backend import compile_cache as cache_lib
-from keras_xla.tf_backend import flag_guard
-from keras_xla.tf_backend import flags as flags_lib
 from keras_xla.tf_backend.profiler import on_error
 from keras_xla.tf_backend.unsupported import XLAUnsupportedOpError
 
 logger = logging.getLogger(__name__)
-# Keras's JAX backend has its own owner (keras_xla.jax_backend); the
-# TensorFlow one is imported only on TensorFlow.
-_JAX = keras.backend.backend() == "jax"
 
 
 class XLATuner(keras.callbacks.Callback):
@@ -222,21 +217,14 @@ class XLATuner(keras.callbacks.Callback):
         settings = Settings.checked(**{name: given[name] for name in ARGUMENTS})
         # A bad TF_XLA_FLAGS/XLA_FLAGS aborts the process at the first XLA
         # use; say so now, in words.
-        problems = [] if _JAX else flags_lib.check_flags()
-        if problems and settings.strict:
-            flags_lib.validate_flags()
-        if settings.strict and not _JAX and flag_guard.strict_error():
-            raise ValueError(flag_guard.strict_error())
+        problems = backends.flag_problems()
+        if settings.strict:
+            backends.raise_for_flags()
         status = None
         if settings.compile_cache is not None:
             # Now, not in on_train_begin: TensorFlow reads the flag at the
             # first XLA compilation of the process.
-            enable = cache_lib.enable_compile_cache
-            if _JAX:
-                from keras_xla.jax_backend import compile_cache as jax_cache
-
-                enable = jax_cache.enable_compile_cache
-            status = enable(
+            status = backends.enable_compile_cache(
                 settings.compile_cache, trust_shared=settings.trust_shared_cache
             )
         # The one value of the arguments; each fit reads it.
@@ -264,11 +252,7 @@ class XLATuner(keras.callbacks.Callback):
             # interrupt in Keras's own loop): end it now.
             self._guarded("on_train_begin", stale.interrupted)
         # A new owner per fit: instances can be re-used.
-        if _JAX:
-            from keras_xla.jax_backend.fit_run import JaxFitRun as FitRun
-        else:
-            from keras_xla.fit_run import FitRun
-        self._run = FitRun(
+        self._run = backends.fit_owner()(
             self._settings, self.model, self.params, self._previous_trial
         )
         self._report = self._run.report

@@ -1,7 +1,10 @@
 """The layers: a core without TensorFlow, an owner per fit that nothing
 keeps alive, and the trial runner driven without a fit."""
 
+import ast
 import gc
+import os
+import re
 import subprocess
 import sys
 import weakref
@@ -18,15 +21,18 @@ CORE = (
     "accounting",
     "batch_paths",
     "cache_directory",
+    "cache_home",
     "compare",
     "diagnosis_text",
     "files",
     "findings",
+    "json_files",
     "lints",
     "render",
     "report",
     "sections",
     "signatures",
+    "step_timer",
     "summaries",
     "timing",
     "verdict",
@@ -50,6 +56,96 @@ def test_core_imports_without_tensorflow_or_keras():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+PACKAGE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "keras_xla")
+# What JAX's side still reads from tf_backend/: Keras-level code that needs
+# no TensorFlow (the one writer of `model.jit_compile`, precision policies,
+# hardware facts), to move to a backend-neutral place.
+KERAS_LEVEL_IN_TF_BACKEND = {
+    "keras_xla.tf_backend.jit",
+    "keras_xla.tf_backend.precision",
+    "keras_xla.tf_backend.hardware",
+}
+# Top-level modules that are TensorFlow's by nature: tf.data's helpers.
+TENSORFLOW_AT_TOP = {"data.py"}
+
+
+def modules(folder=""):
+    """`(relative path, source)` of the package's modules under `folder`."""
+    root = os.path.join(PACKAGE, folder)
+    for base, _, names in os.walk(root):
+        for file in sorted(names):
+            if file.endswith(".py"):
+                path = os.path.join(base, file)
+                with open(path, encoding="utf-8") as f:
+                    yield os.path.relpath(path, PACKAGE), f.read()
+
+
+def is_package_module(name):
+    parts = name.split(".")[1:]
+    path = os.path.join(PACKAGE, *parts)
+    return os.path.isdir(path) or os.path.isfile(path + ".py")
+
+
+def imported(source):
+    """Every module a source imports, at any depth (lazy imports too):
+    `from package import module` names the module."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                name = f"{node.module}.{alias.name}"
+                inside = name.startswith("keras_xla.")
+                found.add(
+                    name if inside and is_package_module(name) else node.module
+                )
+    return found
+
+
+def test_the_backend_packages_do_not_import_each_other():
+    for path, source in modules("tf_backend"):
+        assert not any(
+            m.startswith("keras_xla.jax_backend") for m in imported(source)
+        ), path
+    for path, source in modules("jax_backend"):
+        reached = {
+            m for m in imported(source) if m.startswith("keras_xla.tf_backend")
+        }
+        assert reached <= KERAS_LEVEL_IN_TF_BACKEND, (path, reached)
+
+
+def test_only_the_dispatch_module_branches_on_the_backend():
+    branch = re.compile(
+        r"""(==|!=)\s*["'](jax|tensorflow)["']|["'](jax|tensorflow)["']"""
+        r"""\s*(==|!=)|backend\(\)\s*(==|!=|in\b)"""
+    )
+    for path, source in modules():
+        if path == "backends.py":
+            continue
+        assert not branch.search(source), path
+
+
+def test_top_level_modules_import_no_tensorflow():
+    for path, source in modules():
+        if os.sep in path or path in TENSORFLOW_AT_TOP:
+            continue
+        assert not any(
+            m == "tensorflow" or m.startswith("tensorflow.")
+            for m in imported(source)
+        ), path
+
+
+def test_core_imports_nothing_above_it():
+    for path, source in modules("core"):
+        above = {
+            m
+            for m in imported(source)
+            if m.startswith("keras_xla.") and not m.startswith("keras_xla.core")
+        }
+        assert not above, (path, above)
 
 
 def test_the_model_does_not_keep_the_tuner_alive():

@@ -10,7 +10,7 @@ import tempfile
 
 import pytest
 
-from keras_xla.tf_backend import cache_home
+from keras_xla.core import cache_home
 
 # A child that counts the flag-table probes it starts (and answers them
 # at once, as a TensorFlow whose flags are all listed would).

@@ -157,6 +157,7 @@ import json, os, subprocess, sys, warnings
 import numpy as np
 import keras_xla
 import keras
+from keras_xla.tf_backend import compile_ledger
 warnings.simplefilter("ignore")
 model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4)])
 model.compile("sgd", "mse", jit_compile=True)
@@ -171,7 +172,7 @@ child = subprocess.run(
     capture_output=True, text=True).stdout.strip()
 print(json.dumps({
     "steps": len(steps),
-    "ledger": keras_xla._compile_ledger.status().directory,
+    "ledger": compile_ledger.status().directory,
     "hlo_fusions": tuner.report.hlo.fusions if tuner.report.hlo else None,
     "flags": os.environ.get("TF_XLA_FLAGS"),
     "child": child,
@@ -238,8 +239,9 @@ def test_another_keras_backend_leaves_tensorflow_flags_alone():
     code = (
         "import sys, os; sys.modules['tensorflow'] = None\n"
         "import keras_xla\n"
+        "from keras_xla.tf_backend import compile_ledger\n"
         "print(os.environ.get('TF_XLA_FLAGS'))\n"
-        "print(keras_xla._compile_ledger.status().reason)\n"
+        "print(compile_ledger.status().reason)\n"
     )
     env = dict(os.environ, KERAS_BACKEND="jax", TF_XLA_FLAGS="--x=1")
     result = subprocess.run(

@@ -7,9 +7,8 @@ import os
 
 import pytest
 
-from keras_xla.core import files
+from keras_xla.core import files, json_files
 from keras_xla.core.report import XLAReport
-from keras_xla.tf_backend import json_files
 
 
 def full_disk(monkeypatch, larger_than=0):

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from keras_xla import XLATuner
 from keras_xla.core.report import XLAReport
-from keras_xla.fit_run import FitRun
+from keras_xla.tf_backend.fit_run import FitRun
 
 X = np.random.default_rng(0).random((10, 5), dtype=np.float32)
 Y = np.random.default_rng(1).random((10, 1), dtype=np.float32)

@@ -10,7 +10,7 @@ import types
 import pytest
 
 from keras_xla.auto import memory as decision_memory
-from keras_xla.tf_backend import json_files
+from keras_xla.core import json_files
 
 KEYS = 40
 

@@ -25,7 +25,8 @@ import platform
 import time
 from typing import Any
 
-from keras_xla.tf_backend import cache_home, hardware, json_files
+from keras_xla.core import cache_home, json_files
+from keras_xla.tf_backend import hardware
 
 FILE = "trial_decisions.json"
 
@@ -131,16 +132,9 @@ def _hardware() -> list:
     """The CPU, the devices and the backend's and Keras's versions."""
     import keras
 
-    if keras.backend.backend() == "jax":
-        import jax
+    from keras_xla import backends
 
-        devices = [str(d) for d in jax.devices()]
-        backend = f"jax {jax.__version__}"
-    else:
-        import tensorflow as tf
-
-        devices = [d.name for d in tf.config.list_logical_devices()]
-        backend = tf.__version__
+    devices, backend = backends.machine()
     return [
         hardware.cpu_model() or platform.machine(),
         devices,

@@ -46,13 +46,9 @@ class ModelState:
 
 def _clustering() -> bool | None:
     """Whether auto-clustering is on (`set_jit`); None off TensorFlow."""
-    import keras
+    from keras_xla import backends
 
-    if keras.backend.backend() != "tensorflow":
-        return None
-    import tensorflow as tf
-
-    return tf.config.optimizer.get_jit() == "autoclustering"
+    return backends.auto_clustering()
 
 
 def plan_candidates(

@@ -20,15 +20,16 @@ import json
 import math
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from keras_xla.core.report import (
-    Decision,
-    EpochStats,
-    Finding,
-    Verdict,
-    XLAReport,
-)
+if TYPE_CHECKING:  # render reads a report; it never builds one
+    from keras_xla.core.report import (
+        Decision,
+        EpochStats,
+        Finding,
+        Verdict,
+        XLAReport,
+    )
 
 EPOCH_HEADER = (
     "epoch",

@@ -19,7 +19,6 @@ import os
 from typing import Any
 
 from keras_xla.core import render
-from keras_xla.dashboard import metadata
 
 # Scalar tags, one point per epoch.
 SCALAR_TAGS = (
@@ -38,9 +37,12 @@ DECISION_TAG = "xla/decision"
 VERDICT_TAG = "xla/verdict"
 # One point per train call, step = global train step: a recompilation
 # shows as a spike.
-STEP_TIME_TAG = metadata.STEP_TIME_TAG
-# The report's JSON, one string tensor per epoch, for the "XLA" tab.
-REPORT_TAG = metadata.REPORT_TAG
+STEP_TIME_TAG = "xla/step_time_ms"
+# The report's JSON, one string tensor per epoch, for the "XLA" tab: its
+# summary metadata names the tab's plugin and what the tensor holds.
+REPORT_TAG = "xla/report"
+PLUGIN_NAME = "xla"
+REPORT_CONTENT = b"keras_xla.report/1"
 TRAIN_RUN = "train"
 
 

@@ -8,13 +8,12 @@ provider then lists it under this plugin, wherever it reads the log dir.
 
 from __future__ import annotations
 
-PLUGIN_NAME = "xla"
+# The names are the writer's (`core.summaries`); the tab reads them.
+from keras_xla.core.summaries import PLUGIN_NAME, REPORT_TAG, STEP_TIME_TAG
+from keras_xla.core.summaries import REPORT_CONTENT as CONTENT
+
 TAB_NAME = "XLA"
-REPORT_TAG = "xla/report"
-# The version of what the tensor holds: the report's JSON.
-CONTENT = b"keras_xla.report/1"
-# The per-train-call step time, written by the scalar summaries.
-STEP_TIME_TAG = "xla/step_time_ms"
+__all__ = ["PLUGIN_NAME", "REPORT_TAG", "STEP_TIME_TAG", "CONTENT", "TAB_NAME"]
 
 
 def summary_metadata() -> bytes:

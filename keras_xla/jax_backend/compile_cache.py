@@ -40,6 +40,27 @@ def cache_entries(directory: str) -> dict[str, float]:
     return out
 
 
+# JAX's names for an entry and its access time (`jax._src.lru_cache`).
+ENTRY_SUFFIXES = ("-cache", "-atime")
+
+
+def clear_compile_cache(directory: str) -> int:
+    """Deletes JAX's entries in `directory` (its `-cache` and `-atime`
+    files; never a link or anything else there); returns how many were
+    removed."""
+    removed = 0
+    for name in cache_entries(directory):
+        path = os.path.join(directory, name)
+        if not name.endswith(ENTRY_SUFFIXES) or os.path.islink(path):
+            continue
+        try:
+            os.remove(path)
+            removed += 1
+        except (FileNotFoundError, IsADirectoryError, PermissionError):
+            continue
+    return removed
+
+
 def enable_compile_cache(
     directory: str, trust_shared: bool = False
 ) -> CacheStatus:

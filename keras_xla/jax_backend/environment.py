@@ -151,3 +151,15 @@ def tf_only_findings(model: Any, settings: Any) -> list[tuple]:
             )
         )
     return out
+
+
+def machine() -> tuple[list[str], str]:
+    """This process's devices and JAX's version."""
+    import jax
+
+    return [str(d) for d in jax.devices()], f"jax {jax.__version__}"
+
+
+def auto_clustering() -> None:
+    """TensorFlow's auto-clustering: none on JAX."""
+    return None

@@ -1,6 +1,6 @@
 """What the tuner checks at each epoch's end on JAX, on the live model.
 
-As on TensorFlow (`keras_xla.epoch_checks`): `analyze_hlo` analyzes the
+As on TensorFlow (`tf_backend.epoch_checks`): `analyze_hlo` analyzes the
 jitted train step's HLO once per fit, at the epoch's steady signature;
 `lint` runs the epoch lints (`core.lints`). Both take values and return
 the report's pieces and `(code, message, fix)` findings for the owner of

@@ -1,6 +1,6 @@
 """JaxFitRun: the one owner of a `fit`'s state on Keras's JAX backend.
 
-The tuner's hooks call it as they call `keras_xla.fit_run.FitRun` on
+The tuner's hooks call it as they call `keras_xla.tf_backend.fit_run.FitRun` on
 TensorFlow (the same method names). Data flows one way: batch -> tap ->
 step records with JAX's compile events -> accounting (`core/`) -> epoch
 statistics -> report, verdict -> JSON, TensorBoard (without TensorFlow),

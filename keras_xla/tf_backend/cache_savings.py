@@ -12,9 +12,9 @@ import json
 import os
 import statistics
 
+from keras_xla.core import cache_home, json_files
 from keras_xla.core.report import CompileCacheSection
 from keras_xla.tf_backend import cache_entries as entries_lib
-from keras_xla.tf_backend import cache_home, json_files
 from keras_xla.tf_backend.compile_cache import cache_entries
 
 

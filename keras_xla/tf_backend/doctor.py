@@ -14,6 +14,7 @@ import sys
 import time
 from typing import Any
 
+from keras_xla import backends
 from keras_xla.core import diagnosis_text
 from keras_xla.tf_backend import compile_ledger, flag_guard, hardware
 from keras_xla.tf_backend import flags as flags_lib
@@ -182,8 +183,9 @@ def collect_diagnosis() -> dict[str, Any]:
     if "error" in diagnosis["smoke_compile"]:
         problems.append(f"Smoke compile failed: {diagnosis['smoke_compile']}")
     notes = []
-    if diagnosis["keras_backend"] != "tensorflow":
-        notes.append("keras_xla needs KERAS_BACKEND=tensorflow.")
+    unserved = backends.unserved(diagnosis["keras_backend"])
+    if unserved is not None:
+        notes.append(f"keras_xla cannot work here: {unserved[0]}.")
     if diagnosis["deterministic_ops"]:
         notes.append("Op determinism is on: Keras keeps jit_compile off.")
     diagnosis.update(notes=notes, problems=problems, healthy=not problems)

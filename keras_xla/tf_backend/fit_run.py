@@ -16,7 +16,6 @@ import time
 import weakref
 from typing import Any
 
-from keras_xla import epoch_checks, fit_setup
 from keras_xla.auto import runner as auto_runner
 from keras_xla.auto.model_state import ModelState
 from keras_xla.auto.policy import AUTO
@@ -25,23 +24,25 @@ from keras_xla.core import render
 from keras_xla.core import report as report_lib
 from keras_xla.core import verdict as verdict_lib
 from keras_xla.fit_owner import FitOwner
-from keras_xla.model_lease import ModelLease
 from keras_xla.settings import Settings
-from keras_xla.step_log import CLUSTERS, JIT, StepLog
 from keras_xla.tf_backend import (
     autoclustering,
     cache_savings,
     compile_ledger,
+    epoch_checks,
+    fit_setup,
 )
 from keras_xla.tf_backend import compile_cache as cache_lib
 from keras_xla.tf_backend import jit as jit_lib
 from keras_xla.tf_backend import unsupported as unsupported_lib
+from keras_xla.tf_backend.model_lease import ModelLease
 from keras_xla.tf_backend.profiler import ProfileRun, on_error
 from keras_xla.tf_backend.step_functions import (
     FUNCTIONS,
     Config,
     StepFunctions,
 )
+from keras_xla.tf_backend.step_log import CLUSTERS, JIT, StepLog
 
 logger = logging.getLogger(__name__)
 

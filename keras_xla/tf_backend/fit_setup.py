@@ -17,6 +17,7 @@ from keras_xla.auto.policy import AUTO
 from keras_xla.core import cache_directory
 from keras_xla.core.report import JitInfo
 from keras_xla.settings import Settings
+from keras_xla.tf_backend import environment as environment_lib
 from keras_xla.tf_backend import jit as jit_lib
 from keras_xla.tf_backend import precision as precision_lib
 
@@ -45,7 +46,7 @@ def configure(settings: Settings, model: Any) -> Setup:
         precision_lib.apply_policy(model, s.mixed_precision)
     for f in precision_lib.check_precision(model):
         findings.append((f.code, f.message, f.fix, (f.message,)))
-    environment = jit_lib.describe_environment(model)
+    environment = environment_lib.describe_environment(model)
     requested = True if s.jit_compile == AUTO else s.jit_compile
     info, cause = jit_lib.configure_jit(model, requested)
     info.requested = s.jit_compile

@@ -125,7 +125,7 @@ def _path() -> str:
 
 
 def _load(key: str | None) -> dict[str, FlagTable] | None:
-    from keras_xla.tf_backend import json_files
+    from keras_xla.core import json_files
 
     try:
         entry = json_files.read_object(_path())[key]
@@ -137,7 +137,7 @@ def _load(key: str | None) -> dict[str, FlagTable] | None:
 def _store(key: str | None, found: dict[str, FlagTable]) -> None:
     if key is None:
         return
-    from keras_xla.tf_backend import cache_home, json_files
+    from keras_xla.core import cache_home, json_files
 
     origin = key.rsplit("@", 1)[0]
 

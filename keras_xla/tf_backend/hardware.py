@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-from keras_xla.tf_backend import cache_home
+from keras_xla.core import cache_home
 
 # CPU flags (as in /proc/cpuinfo) of native bfloat16 dot products.
 BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})

@@ -49,16 +49,11 @@ def replicas_in_sync(model: Any) -> int:
 
 def blocking_cause(model: Any) -> tuple[str, str, str] | None:
     """Why XLA cannot be on for this model: (code, reason, fix) or None."""
-    import keras
+    from keras_xla import backends
 
-    backend = keras.backend.backend()
-    if backend != "tensorflow":
-        return (
-            DISABLED_BY_BACKEND,
-            f"the Keras backend is {backend!r}; keras_xla drives XLA on the "
-            "TensorFlow backend only",
-            "Set KERAS_BACKEND=tensorflow before importing keras.",
-        )
+    unserved = backends.unserved()
+    if unserved is not None:
+        return (DISABLED_BY_BACKEND, *unserved)
     if getattr(model, "run_eagerly", False):
         return (
             DISABLED_BY_RUN_EAGERLY,
@@ -186,21 +181,3 @@ def _compiled_jit_setting(model: Any) -> Any:
     if config is None:
         return None
     return getattr(config, "config", {}).get("jit_compile")
-
-
-def describe_environment(model: Any) -> dict:
-    """Versions, devices, strategy and dtype policy, for the report."""
-    import keras
-    import tensorflow as tf
-
-    strategy = model.distribute_strategy
-    policy = getattr(model, "dtype_policy", None)
-    return {
-        "tensorflow": tf.__version__,
-        "keras": keras.__version__,
-        "backend": keras.backend.backend(),
-        "devices": [d.name for d in tf.config.list_logical_devices()],
-        "strategy": type(strategy).__name__,
-        "replicas": int(getattr(strategy, "num_replicas_in_sync", 1)),
-        "policy": getattr(policy, "name", str(policy)),
-    }

@@ -1,0 +1,171 @@
+"""The one place that picks the Keras backend and hands out its parts.
+
+keras_xla serves Keras's TensorFlow and JAX backends. Which one this
+process uses is decided here, once, and every other module asks here for
+the backend's part (the fit's owner, the compile cache, `keras-xla
+doctor`'s checks, `XLAModel`, the flag checks, what the decision memory
+records of the machine); no other module branches on the backend's name.
+Each part is imported only when asked for, so the JAX path never imports
+TensorFlow.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+from typing import Any
+
+TENSORFLOW, JAX = "tensorflow", "jax"
+SERVED = (TENSORFLOW, JAX)
+
+# Each backend's package for each part (module, attribute).
+_PARTS = {
+    TENSORFLOW: {
+        "fit_owner": ("keras_xla.tf_backend.fit_run", "FitRun"),
+        "compile_cache": ("keras_xla.tf_backend.compile_cache", None),
+        "doctor": ("keras_xla.tf_backend.doctor", None),
+        "xla_model": ("keras_xla.tf_backend.xla_model", "XLAModel"),
+        "environment": ("keras_xla.tf_backend.environment", None),
+    },
+    JAX: {
+        "fit_owner": ("keras_xla.jax_backend.fit_run", "JaxFitRun"),
+        "compile_cache": ("keras_xla.jax_backend.compile_cache", None),
+        "doctor": ("keras_xla.jax_backend.doctor", None),
+        "xla_model": ("keras_xla.jax_backend.xla_model", "XLAModel"),
+        "environment": ("keras_xla.jax_backend.environment", None),
+    },
+}
+
+
+def name() -> str:
+    """The Keras backend this process uses, without importing Keras: the
+    imported Keras's, else `KERAS_BACKEND`, else Keras's config file,
+    else TensorFlow (Keras's default)."""
+    keras = sys.modules.get("keras")
+    if keras is not None and hasattr(keras, "backend"):
+        return keras.backend.backend()
+    if os.environ.get("KERAS_BACKEND"):
+        return os.environ["KERAS_BACKEND"]
+    home = os.environ.get("KERAS_HOME") or os.path.join(
+        os.path.expanduser("~"), ".keras"
+    )
+    try:
+        with open(os.path.join(home, "keras.json"), encoding="utf-8") as f:
+            return str(json.load(f).get("backend", TENSORFLOW))
+    except (OSError, ValueError, AttributeError):
+        return TENSORFLOW
+
+
+def unserved(backend: str | None = None) -> tuple[str, str] | None:
+    """Why keras_xla cannot drive XLA on `backend` (this process's by
+    default), as `(reason, fix)`; None on a backend it serves."""
+    backend = backend or name()
+    if backend in SERVED:
+        return None
+    return (
+        f"the Keras backend is {backend!r}; keras_xla drives XLA on the "
+        "TensorFlow and JAX backends only",
+        "Set KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax before "
+        "importing keras.",
+    )
+
+
+def _part(part: str) -> Any:
+    """The backend's `part`: JAX's on JAX, TensorFlow's otherwise (a
+    backend keras_xla does not serve finds its findings there)."""
+    backend = JAX if name() == JAX else TENSORFLOW
+    module, attribute = _PARTS[backend][part]
+    loaded = importlib.import_module(module)
+    return loaded if attribute is None else getattr(loaded, attribute)
+
+
+def fit_owner() -> type:
+    """The class that owns one `fit` on this backend."""
+    return _part("fit_owner")
+
+
+def compile_cache() -> Any:
+    """The persistent compile cache's module (`enable_compile_cache`,
+    `clear_compile_cache`)."""
+    return _part("compile_cache")
+
+
+def doctor() -> Any:
+    """`keras-xla doctor`'s checks (`collect_diagnosis`,
+    `render_diagnosis`)."""
+    return _part("doctor")
+
+
+def xla_model() -> type:
+    """`keras_xla.XLAModel`: TensorFlow's per-replica model, or a stand-in
+    that says what to use instead."""
+    return _part("xla_model")
+
+
+def enable_compile_cache(directory: Any, trust_shared: bool = False) -> Any:
+    """Turns the backend's persistent compile cache on for this process;
+    returns its `CacheStatus`."""
+    return compile_cache().enable_compile_cache(
+        directory, trust_shared=trust_shared
+    )
+
+
+def clear_compile_cache(directory: Any) -> int:
+    """Deletes the backend's entries in a compile cache directory; returns
+    how many were removed."""
+    return compile_cache().clear_compile_cache(directory)
+
+
+def flag_problems() -> list:
+    """The XLA flag variables' problems (TensorFlow reads them; on JAX
+    `XLA_FLAGS` is JAX's own and checked by JAX)."""
+    if name() == JAX:
+        return []
+    from keras_xla.tf_backend import flags
+
+    return flags.check_flags()
+
+
+def raise_for_flags() -> None:
+    """`strict=True`: raises `ValueError` for flags TensorFlow would abort
+    on or that keras_xla fixed at import (nothing on JAX)."""
+    if name() == JAX:
+        return
+    from keras_xla.tf_backend import flag_guard, flags
+
+    flags.validate_flags()
+    error = flag_guard.strict_error()
+    if error:
+        raise ValueError(error)
+
+
+def at_import() -> None:
+    """What `import keras_xla` does for the backend: on TensorFlow, fix
+    the flags TensorFlow would abort on and set up the compile ledger
+    before TensorFlow's first op; on JAX, leave TensorFlow's flags alone."""
+    from keras_xla.tf_backend import compile_ledger, flag_guard
+
+    backend = name()
+    if backend == TENSORFLOW:
+        flag_guard.guard(tensorflow_started=compile_ledger.tensorflow_started())
+        compile_ledger.install()
+        compile_ledger.remove_stale_ledgers()
+    else:
+        compile_ledger.leave_off(
+            f"the Keras backend is {backend}, so TensorFlow's flags are "
+            "left alone"
+        )
+
+
+def auto_clustering() -> bool | None:
+    """Whether TensorFlow's auto-clustering (`set_jit`) is on; None off
+    TensorFlow, where there is none."""
+    return _part("environment").auto_clustering()
+
+
+def machine() -> tuple[list[str], str]:
+    """This process's devices and the backend's version, for what the
+    decision memory keys a decision on."""
+    return _part("environment").machine()
