@@ -511,3 +511,15 @@ def test_jax_candidates_follow_the_request_on_jaxs_devices():
     )
     assert single.decision.status == "single-candidate"
     assert single.decision.winner == "no_xla/float32"
+
+
+def test_clearing_jaxs_cache_removes_its_entries_only(tmp_path):
+    for name in ("jit_train_step-1a2b-cache", "jit_train_step-1a2b-atime"):
+        (tmp_path / name).write_bytes(b"x")
+    (tmp_path / "notes.txt").write_text("mine")
+    outside = tmp_path.parent / "outside-cache"
+    outside.write_bytes(b"kept")
+    os.symlink(outside, tmp_path / "link-cache")
+    assert cache_lib.clear_compile_cache(str(tmp_path)) == 2
+    assert sorted(os.listdir(tmp_path)) == ["link-cache", "notes.txt"]
+    assert outside.read_bytes() == b"kept"
