@@ -7,9 +7,11 @@ plain arm (the control: the noise floor) and with `XLATuner` (its tap on
 the step functions, its compile-event listener and its hooks; the no-XLA
 baseline windows off, no log dir: the steady step is what is measured).
 Each arm's steady step time is the median interval between train batch
-begins (what the host spends per step: JAX dispatches asynchronously),
-and each fit's wall time per step (the device's work included; the
-tuner's per-fit work too), after warm-up fits that compiled every shape.
+begins: the host's time per call, which is what the tuner's per-call
+work adds to (JAX dispatches asynchronously, so where the device is the
+bottleneck the host runs ahead and this is not the step's time), and
+each fit's wall time per step (the device's work included, and the
+tuner's per-fit work), after warm-up fits that compiled every shape.
 The goal: the tuner's steady step within 1% of plain's.
 
 Part 2, in child processes: fit start to the end of the first train step

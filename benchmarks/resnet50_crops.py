@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "resnet50"))
 
 import train  # noqa: E402
 
-from keras_xla.tf_backend.hardware import cpu_model  # noqa: E402
+from keras_xla.core.hardware import cpu_model  # noqa: E402
 
 
 def main(argv=None):

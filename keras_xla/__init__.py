@@ -21,7 +21,7 @@ _EXPORTS = {
     "check_flags": "keras_xla.tf_backend.flags",
     "hlo_dump_env": "keras_xla.tf_backend.flags",
     "read_compile_events": "keras_xla.tf_backend.profiler",
-    "recommend_policy": "keras_xla.tf_backend.precision",
+    "recommend_policy": "keras_xla.precision",
     "clear_compile_cache": "keras_xla.backends",
     "enable_compile_cache": "keras_xla.backends",
 }

@@ -165,6 +165,12 @@ def auto_clustering() -> bool | None:
     return _part("environment").auto_clustering()
 
 
+def device_infos(devices: Any = None) -> list:
+    """The backend's devices (or `devices`, the backend's own device
+    objects or `DeviceInfo`s) as `core.hardware.DeviceInfo`s."""
+    return _part("environment").device_infos(devices)
+
+
 def machine() -> tuple[list[str], str]:
     """This process's devices and the backend's version, for what the
     decision memory keys a decision on."""

@@ -16,14 +16,14 @@ from typing import Any
 
 import numpy as np
 
+from keras_xla import precision as precision_lib
+from keras_xla import xla_setting
 from keras_xla.auto import memory as decision_memory
 from keras_xla.auto import runner as auto_runner
 from keras_xla.auto.policy import AUTO, validate_budget
 from keras_xla.core.cache_directory import CacheStatus
 from keras_xla.tf_backend import compile_cache as cache_lib
 from keras_xla.tf_backend import flag_guard
-from keras_xla.tf_backend import jit as jit_lib
-from keras_xla.tf_backend import precision as precision_lib
 from keras_xla.tf_backend.unsupported import CHOICES as UNSUPPORTED_CHOICES
 
 
@@ -169,7 +169,7 @@ def check_arguments(**arguments: Any) -> None:
             " pass a directory path or None."
         )
     for name, choices in (
-        ("jit_compile", (*jit_lib.JIT_CHOICES, "auto")),
+        ("jit_compile", (*xla_setting.JIT_CHOICES, "auto")),
         ("verbose", (0, 1)),
         ("on_unsupported", UNSUPPORTED_CHOICES),
         ("analyze_hlo", (True, False, "compile")),

@@ -649,7 +649,7 @@ def precision_auto(log_dir):
     (four candidates). mixed_float16 (without XLA: both candidates run)
     wraps the optimizer for loss scaling between windows: the fit's state
     must follow it."""
-    from keras_xla.tf_backend import precision as precision_lib
+    from keras_xla import precision as precision_lib
 
     real = precision_lib.recommend_policy
     x = np.random.rand(512, 4).astype("float32")

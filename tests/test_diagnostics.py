@@ -425,8 +425,8 @@ def test_batch_from_signature_rebuilds_structure():
 
 
 def test_tensor_core_alignment_on_gpu_only():
+    from keras_xla.core.hardware import DeviceInfo
     from keras_xla.tf_backend.alignment import tensor_core_misalignment
-    from keras_xla.tf_backend.hardware import DeviceInfo
 
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     try:

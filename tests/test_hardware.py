@@ -1,4 +1,4 @@
-from keras_xla.tf_backend import hardware
+from keras_xla.core import hardware
 
 
 def test_cpu_flags_reads_proc_cpuinfo_format(tmp_path):
@@ -12,11 +12,13 @@ def test_cpu_flags_reads_proc_cpuinfo_format(tmp_path):
     assert hardware.cpu_flags(str(tmp_path / "missing")) == frozenset()
 
 
-def test_describe_devices_accepts_physical_devices():
+def test_tensorflows_device_infos_accept_physical_devices():
     import tensorflow as tf
 
+    from keras_xla.tf_backend import environment
+
     cpu = tf.config.list_physical_devices("CPU")[0]
-    infos = hardware.describe_devices(
+    infos = environment.device_infos(
         [cpu, hardware.DeviceInfo("GPU", "/gpu:0", (8, 0))]
     )
     assert infos[0] == hardware.DeviceInfo("CPU", cpu.name, None)

@@ -254,8 +254,8 @@ def trial_plan(epoch_steps, budget, jit="auto", precision=None):
     """The JAX trial's runner (or its `Decided`) for `MODEL`, with the
     candidates `JaxFitRun` gives it on a CPU without bfloat16."""
     from keras_xla.auto.policy import Candidate
+    from keras_xla.core.hardware import DeviceInfo
     from keras_xla.jax_backend import trial as trial_lib
-    from keras_xla.tf_backend.hardware import DeviceInfo
 
     cpu = [DeviceInfo("CPU", "cpu:0", None)]
     found, default = trial_lib.candidates(jit, precision, True, MODEL, cpu)
@@ -467,8 +467,8 @@ def test_jax_trial_without_room_is_skipped_with_xla_on():
 
 def test_jax_candidates_follow_the_request_on_jaxs_devices():
     from keras_xla.auto.policy import Candidate
+    from keras_xla.core.hardware import DeviceInfo
     from keras_xla.jax_backend import trial as trial_lib
-    from keras_xla.tf_backend.hardware import DeviceInfo
 
     ampere = [DeviceInfo("GPU", "gpu:0", (8, 0))]
     volta = [DeviceInfo("GPU", "gpu:0", (7, 0))]

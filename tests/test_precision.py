@@ -2,9 +2,9 @@ import keras
 import numpy as np
 import pytest
 
+from keras_xla import precision
 from keras_xla.core.report import Finding
-from keras_xla.tf_backend import precision
-from keras_xla.tf_backend.precision import DeviceInfo
+from keras_xla.precision import DeviceInfo
 
 CPU = DeviceInfo("CPU", "/physical_device:CPU:0")
 BF16_FLAGS = {"avx2", "avx512f", "avx512_bf16"}

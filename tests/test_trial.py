@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from conftest import conv_model, regression_data
 
+from keras_xla import precision as precision_lib
 from keras_xla.auto import policy
 from keras_xla.auto import runner as trial_runner
 from keras_xla.auto.model_state import plan_candidates
 from keras_xla.auto.policy import Candidate, Drop
 from keras_xla.auto.trial import Trial
 from keras_xla.core.timing import StepRecord
-from keras_xla.tf_backend import precision as precision_lib
 
 A = Candidate(False, "float32")
 B = Candidate(True, "float32")

@@ -25,8 +25,7 @@ import platform
 import time
 from typing import Any
 
-from keras_xla.core import cache_home, json_files
-from keras_xla.tf_backend import hardware
+from keras_xla.core import cache_home, hardware, json_files
 
 FILE = "trial_decisions.json"
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from keras_xla import precision as precision_lib
+from keras_xla import xla_setting
 from keras_xla.auto.policy import AUTO, Candidate
-from keras_xla.tf_backend import jit as jit_lib
-from keras_xla.tf_backend import precision as precision_lib
 
 
 class ModelState:
@@ -37,7 +37,7 @@ class ModelState:
             config = getattr(model, "_compile_config", None)
             if "optimizer" in (getattr(config, "config", None) or {}):
                 config.config["optimizer"] = self.optimizer
-        jit_lib.set_xla(model, self.jit)
+        xla_setting.set_xla(model, self.jit)
         if self.set_jit is not None and self.set_jit != _clustering():
             import tensorflow as tf
 
@@ -86,7 +86,7 @@ def plan_candidates(
         candidates = [Candidate(j, p, c) for j, c in modes for p in policies]
     else:
         candidates = [Candidate(j, p) for j in jits for p in policies]
-    return candidates, Candidate(jit_lib.keras_auto_jit(model), "float32")
+    return candidates, Candidate(xla_setting.keras_auto_jit(model), "float32")
 
 
 def configure(model: Any, original: ModelState, candidate: Candidate):
@@ -94,7 +94,7 @@ def configure(model: Any, original: ModelState, candidate: Candidate):
     original.restore(model)
     if candidate.policy != model.dtype_policy.name:
         precision_lib.apply_policy(model, candidate.policy)
-    jit_lib.set_xla(model, candidate.jit)
+    xla_setting.set_xla(model, candidate.jit)
     if candidate.clustering is not None:
         import tensorflow as tf
 

@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from keras_xla import xla_setting
 from keras_xla.auto import policy
 from keras_xla.auto import trial as trial_lib
 from keras_xla.auto.memory import DecisionMemory
@@ -27,7 +28,6 @@ from keras_xla.auto.model_state import ModelState, configure, plan_candidates
 from keras_xla.auto.policy import Candidate, Status
 from keras_xla.auto.trial import Trial
 from keras_xla.core.report import BaselineSection, Decision
-from keras_xla.tf_backend import jit as jit_lib
 
 
 @dataclasses.dataclass
@@ -505,5 +505,5 @@ def skipped(decision: Decision, problem: str, fix: str) -> Decided:
 def _fall_back(model, original, xla_possible, decision, problem, fix):
     """No decision: the model trains as it was compiled."""
     original.restore(model)
-    jit_lib.set_xla(model, bool(original.jit) and xla_possible)
+    xla_setting.set_xla(model, bool(original.jit) and xla_possible)
     return skipped(decision, problem, fix)

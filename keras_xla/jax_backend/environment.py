@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from keras_xla import xla_setting
 from keras_xla.core import findings as codes
 from keras_xla.core.report import JitInfo
-from keras_xla.tf_backend import jit as jit_lib  # (no TensorFlow)
 
 
 def describe_environment(model: Any) -> dict:
@@ -60,7 +60,7 @@ def configure_jit(
     """
     before = bool(model.jit_compile)
     if requested is not None and bool(requested) != before:
-        jit_lib.set_xla(model, bool(requested))
+        xla_setting.set_xla(model, bool(requested))
     enabled = bool(model.jit_compile) and not model.run_eagerly
     changed = bool(model.jit_compile) != before
     finding = None
@@ -94,16 +94,19 @@ def configure_jit(
     return JitInfo(requested, enabled, reason), finding, changed
 
 
-def device_infos() -> list:
-    """JAX's devices as the precision checks describe them
-    (`tf_backend.hardware.DeviceInfo`: the kind, the name, a GPU's
-    compute capability)."""
+def device_infos(devices: Any = None) -> list:
+    """JAX's devices (or `devices`, `DeviceInfo`s kept as they are) as
+    the precision checks describe them (`core.hardware.DeviceInfo`: the
+    kind, the name, a GPU's compute capability)."""
     import jax
 
-    from keras_xla.tf_backend.hardware import DeviceInfo
+    from keras_xla.core.hardware import DeviceInfo
 
     infos = []
-    for device in jax.devices():
+    for device in jax.devices() if devices is None else devices:
+        if isinstance(device, DeviceInfo):
+            infos.append(device)
+            continue
         kind = str(device.platform).upper()
         capability = None
         text = str(getattr(device, "compute_capability", "") or "")
@@ -116,9 +119,9 @@ def device_infos() -> list:
 
 def precision_findings(model: Any) -> list[tuple]:
     """`(code, message, fix, place)` of the precision checks
-    (`tf_backend.precision.check_precision`: Keras-level, no TensorFlow)
-    on JAX's devices."""
-    from keras_xla.tf_backend import precision as precision_lib
+    (`keras_xla.precision.check_precision`: Keras-level) on JAX's
+    devices."""
+    from keras_xla import precision as precision_lib
 
     found = precision_lib.check_precision(model, devices=device_infos())
     return [(f.code, f.message, f.fix, (f.message,)) for f in found]

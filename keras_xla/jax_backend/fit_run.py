@@ -14,6 +14,8 @@ import time
 import weakref
 from typing import Any
 
+from keras_xla import precision as precision_lib
+from keras_xla import xla_setting
 from keras_xla.auto import memory as decision_memory
 from keras_xla.auto.model_state import ModelState, configure
 from keras_xla.auto.policy import AUTO, Candidate
@@ -31,8 +33,6 @@ from keras_xla.jax_backend.step_log import JaxStepLog, tracker_of
 from keras_xla.jax_backend.summaries import JaxSummaryWriter
 from keras_xla.jax_backend.tap import StepTap, untapped
 from keras_xla.jax_backend.trial import JaxRunner
-from keras_xla.tf_backend import jit as jit_lib  # (no TensorFlow)
-from keras_xla.tf_backend import precision as precision_lib  # (the same)
 
 logger = logging.getLogger(__name__)
 
@@ -238,13 +238,13 @@ class JaxFitRun(FitOwner):
         if key not in built:
             own = model.train_function, model.test_function, model.jit_compile
             try:
-                jit_lib.set_xla(model, jit)
+                xla_setting.set_xla(model, jit)
                 model.make_train_function(force=True)
                 model.make_test_function(force=True)
                 built[key] = (model.train_function, model.test_function)
             finally:
                 model.train_function, model.test_function = own[:2]
-                jit_lib.set_xla(model, own[2])
+                xla_setting.set_xla(model, own[2])
         return built[key]
 
     def _put_functions(self, candidate: Candidate) -> None:

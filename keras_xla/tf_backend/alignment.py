@@ -6,14 +6,14 @@ cores only when their sizes are multiples of 8.
 
 from __future__ import annotations
 
-from keras_xla.tf_backend.hardware import describe_devices
+from keras_xla.tf_backend.environment import device_infos
 
 
 def tensor_core_misalignment(model, batch_size, devices=None) -> list[str]:
     """Sizes that keep float16/bfloat16 matmuls and convolutions off a
     GPU's tensor cores (not multiples of 8): `Dense` units, convolution
     filters and the batch size. Empty without a GPU or in float32."""
-    gpus = [d for d in describe_devices(devices) if d.device_type == "GPU"]
+    gpus = [d for d in device_infos(devices) if d.device_type == "GPU"]
     low = ("float16", "bfloat16")
     if not gpus:
         return []

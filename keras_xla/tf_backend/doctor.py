@@ -15,8 +15,8 @@ import time
 from typing import Any
 
 from keras_xla import backends
-from keras_xla.core import diagnosis_text
-from keras_xla.tf_backend import compile_ledger, flag_guard, hardware
+from keras_xla.core import diagnosis_text, hardware
+from keras_xla.tf_backend import compile_ledger, flag_guard
 from keras_xla.tf_backend import flags as flags_lib
 from keras_xla.tf_backend import flops as flops_lib
 

@@ -1,9 +1,14 @@
 """The TensorFlow side of what a fit and the decision memory record of
-the machine: versions, devices, strategy, auto-clustering."""
+the machine: versions, devices (as `DeviceInfo`s), strategy,
+auto-clustering."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable
 from typing import Any
+
+from keras_xla.core.hardware import DeviceInfo
 
 
 def describe_environment(model: Any) -> dict:
@@ -36,3 +41,28 @@ def auto_clustering() -> bool:
     import tensorflow as tf
 
     return tf.config.optimizer.get_jit() == "autoclustering"
+
+
+def device_infos(devices: Iterable[Any] | None = None) -> list[DeviceInfo]:
+    """`DeviceInfo`s for `DeviceInfo`s or `tf.config.PhysicalDevice`s.
+
+    Defaults to `tf.config.list_physical_devices()`; a GPU's compute
+    capability comes from `tf.config.experimental.get_device_details`.
+    """
+    import tensorflow as tf
+
+    if devices is None:
+        devices = tf.config.list_physical_devices()
+    infos = []
+    for device in devices:
+        if isinstance(device, DeviceInfo):
+            infos.append(device)
+            continue
+        kind = str(device.device_type).upper()
+        capability = None
+        if kind == "GPU":
+            with contextlib.suppress(ValueError, TypeError, RuntimeError):
+                details = tf.config.experimental.get_device_details(device)
+                capability = details.get("compute_capability")
+        infos.append(DeviceInfo(kind, str(device.name), capability))
+    return infos

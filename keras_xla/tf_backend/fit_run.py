@@ -16,6 +16,7 @@ import time
 import weakref
 from typing import Any
 
+from keras_xla import xla_setting
 from keras_xla.auto import runner as auto_runner
 from keras_xla.auto.model_state import ModelState
 from keras_xla.auto.policy import AUTO
@@ -223,7 +224,7 @@ class FitRun(FitOwner):
         reason, finding = unsupported_lib.fallback(
             ops, self.settings.on_unsupported
         )
-        jit_lib.set_xla(self.model, False)
+        xla_setting.set_xla(self.model, False)
         self.report.jit.enabled = False
         self.report.jit.reason = reason
         self.book.add(*finding)
@@ -231,7 +232,7 @@ class FitRun(FitOwner):
     @property
     def jit_on(self) -> bool:
         """Whether the step compiles with XLA now, read from the model:
-        the one place that holds it (`jit_lib.set_xla` writes it)."""
+        the one place that holds it (`xla_setting.set_xla` writes it)."""
         return self._configured and bool(self.model.jit_compile)
 
     # The trial.

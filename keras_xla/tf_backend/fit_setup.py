@@ -13,13 +13,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from keras_xla import precision as precision_lib
 from keras_xla.auto.policy import AUTO
 from keras_xla.core import cache_directory
 from keras_xla.core.report import JitInfo
 from keras_xla.settings import Settings
 from keras_xla.tf_backend import environment as environment_lib
 from keras_xla.tf_backend import jit as jit_lib
-from keras_xla.tf_backend import precision as precision_lib
 
 
 @dataclasses.dataclass

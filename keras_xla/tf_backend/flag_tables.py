@@ -119,7 +119,7 @@ def _tensorflow_key() -> str | None:
 
 
 def _path() -> str:
-    from keras_xla.tf_backend.hardware import cache_directory
+    from keras_xla.core.hardware import cache_directory
 
     return os.path.join(cache_directory(), TABLES_FILE)
 

@@ -14,9 +14,8 @@ import platform
 import time
 from typing import Any
 
-from keras_xla.core import cache_home, json_files
-from keras_xla.tf_backend import hardware
-from keras_xla.tf_backend.hardware import cache_directory
+from keras_xla.core import cache_home, hardware, json_files
+from keras_xla.core.hardware import cache_directory
 from keras_xla.tf_backend.hlo import HloStats
 
 

@@ -11,13 +11,17 @@ asked where it can work and returns a `JitInfo` that names the cause.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 from keras_xla.core import findings
 from keras_xla.core.report import JitInfo
-
-JIT_CHOICES = (True, False, None)
+from keras_xla.xla_setting import (
+    JIT_CHOICES,
+    compiled_jit_setting,
+    keras_auto_jit,
+    layers_without_jit,
+    set_xla,
+)
 
 # Finding codes for each reason XLA stays off.
 DISABLED_BY_LAYER = findings.JIT_DISABLED_BY_LAYER
@@ -25,15 +29,6 @@ DISABLED_BY_DETERMINISM = findings.JIT_DISABLED_BY_DETERMINISM
 DISABLED_BY_RUN_EAGERLY = findings.JIT_DISABLED_RUN_EAGERLY
 DISABLED_BY_STRATEGY = findings.JIT_DISABLED_BY_STRATEGY
 DISABLED_BY_BACKEND = findings.JIT_DISABLED_BY_BACKEND
-
-
-def layers_without_jit(model: Any) -> list[str]:
-    """Names (with class) of the layers that declare `supports_jit=False`."""
-    names = []
-    for layer in model._flatten_layers(include_self=False):
-        if not getattr(layer, "supports_jit", True):
-            names.append(f"{layer.name} ({type(layer).__name__})")
-    return names
 
 
 def op_determinism_enabled() -> bool:
@@ -91,21 +86,6 @@ def blocking_cause(model: Any) -> tuple[str, str, str] | None:
     return None
 
 
-def set_xla(model: Any, on: bool) -> bool:
-    """Sets `model.jit_compile`: the one place keras_xla writes it.
-
-    Keras refuses `True` for a model with a `supports_jit=False` layer
-    (and warns; keras_xla reports the precise cause itself).
-
-    Returns:
-        The setting in force afterwards.
-    """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model.jit_compile = bool(on)
-    return bool(model.jit_compile)
-
-
 def configure_jit(model: Any, requested: Any) -> tuple[JitInfo, tuple | None]:
     """Applies `requested` to `model.jit_compile` where it can work.
 
@@ -124,7 +104,7 @@ def configure_jit(model: Any, requested: Any) -> tuple[JitInfo, tuple | None]:
             "choices are: True, False, None."
         )
     wanted = bool(model.jit_compile) if requested is None else requested
-    compiled_with = _compiled_jit_setting(model)
+    compiled_with = compiled_jit_setting(model)
     if not wanted:
         set_xla(model, False)
         if requested is None and compiled_with is True:
@@ -165,19 +145,3 @@ def configure_jit(model: Any, requested: Any) -> tuple[JitInfo, tuple | None]:
             else ""
         )
     return JitInfo(requested, True, reason), None
-
-
-def keras_auto_jit(model: Any) -> bool:
-    """What Keras's `jit_compile="auto"` resolves to for `model` (off on
-    CPU-only machines and under tf.distribute)."""
-    try:
-        return bool(model._resolve_auto_jit_compile())
-    except Exception:  # noqa: BLE001 - a private Keras method
-        return False
-
-
-def _compiled_jit_setting(model: Any) -> Any:
-    config = getattr(model, "_compile_config", None)
-    if config is None:
-        return None
-    return getattr(config, "config", {}).get("jit_compile")

@@ -20,14 +20,14 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
+from keras_xla import backends
 from keras_xla.core import findings as codes
-from keras_xla.core.report import Finding
-from keras_xla.tf_backend.hardware import (
+from keras_xla.core.hardware import (
     BF16_CPU_FLAGS,
     DeviceInfo,
-    describe_devices,
     resolve_cpu_flags,
 )
+from keras_xla.core.report import Finding
 
 logger = logging.getLogger(__name__)
 
@@ -62,13 +62,14 @@ def recommend_policy(
     `mixed_bfloat16` (a candidate to measure), any other CPU `float32`.
 
     Args:
-        devices: See `describe_devices`. Defaults to this machine's.
+        devices: `DeviceInfo`s or the backend's devices. Defaults to
+            this machine's (`backends.device_infos`).
         cpu_flags: CPU feature flags. Defaults to those of /proc/cpuinfo.
 
     Returns:
         `(policy_name, reason)`.
     """
-    infos = describe_devices(devices)
+    infos = backends.device_infos(devices)
     flags = resolve_cpu_flags(cpu_flags)
     gpus = [d for d in infos if d.device_type == "GPU"]
     if any(d.device_type == "TPU" for d in infos):
@@ -212,7 +213,8 @@ def check_precision(
 
     Args:
         model: A built Keras model.
-        devices: See `describe_devices`. Defaults to this machine's.
+        devices: `DeviceInfo`s or the backend's devices. Defaults to
+            this machine's (`backends.device_infos`).
         cpu_flags: CPU feature flags. Defaults to those of /proc/cpuinfo.
     """
     import keras
@@ -222,7 +224,7 @@ def check_precision(
     def add(code: str, message: str, fix: str) -> None:
         findings.append(PrecisionFinding(code, "warning", message, fix))
 
-    infos = describe_devices(devices)
+    infos = backends.device_infos(devices)
     flags = resolve_cpu_flags(cpu_flags)
     kinds = {d.device_type for d in infos}
     best = APPLY_CALL.format(recommend_policy(infos, flags)[0])

@@ -1,5 +1,8 @@
 """The hardware a run is on: devices, GPU compute capability, CPU flags.
 
+Pure Python: the backend lists its devices as `DeviceInfo`s
+(`backends.device_infos()`); the CPU's flags come from /proc/cpuinfo.
+
 Mixed-precision advice depends on it: bfloat16 is native on GPUs of compute
 capability 8.0 and newer, on TPUs, and on CPUs with `avx512_bf16` or
 `amx_bf16`; float16 needs a GPU (7.x and newer for tensor cores).
@@ -7,10 +10,8 @@ capability 8.0 and newer, on TPUs, and on CPUs with `avx512_bf16` or
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Iterable
-from typing import Any
 
 from keras_xla.core import cache_home
 
@@ -49,33 +50,6 @@ def cpu_flags(path: str = PROC_CPUINFO) -> frozenset[str]:
 def cpu_model(path: str = PROC_CPUINFO) -> str | None:
     """The processor's model name from /proc/cpuinfo, if readable."""
     return _cpuinfo_field(path, ("model name",))
-
-
-def describe_devices(devices: Iterable[Any] | None = None) -> list[DeviceInfo]:
-    """`DeviceInfo`s for `DeviceInfo`s or `tf.config.PhysicalDevice`s.
-
-    Defaults to `tf.config.list_physical_devices()`; a GPU's compute
-    capability comes from `tf.config.experimental.get_device_details`.
-    """
-    if devices is None:
-        import tensorflow as tf
-
-        devices = tf.config.list_physical_devices()
-    infos = []
-    for device in devices:
-        if isinstance(device, DeviceInfo):
-            infos.append(device)
-            continue
-        import tensorflow as tf
-
-        kind = str(device.device_type).upper()
-        capability = None
-        if kind == "GPU":
-            with contextlib.suppress(ValueError, TypeError, RuntimeError):
-                details = tf.config.experimental.get_device_details(device)
-                capability = details.get("compute_capability")
-        infos.append(DeviceInfo(kind, str(device.name), capability))
-    return infos
 
 
 def resolve_cpu_flags(flags: Iterable[str] | None) -> frozenset[str]:
