@@ -94,10 +94,10 @@ def sig(n, length=6):
 
 
 def log_with(calls):
-    tap = StepTap(CompileEvents())
-    from keras_xla.core.signatures import SignatureTracker
+    from keras_xla.jax_backend.step_log import Trackers
 
-    log = JaxStepLog(1, tap, SignatureTracker())
+    tap = StepTap(CompileEvents())
+    log = JaxStepLog(1, tap, Trackers())
     for i, call in enumerate(calls):
         log.begin("train", i, float(i))
         tap.calls["train"].append(call)
@@ -523,3 +523,35 @@ def test_clearing_jaxs_cache_removes_its_entries_only(tmp_path):
     assert cache_lib.clear_compile_cache(str(tmp_path)) == 2
     assert sorted(os.listdir(tmp_path)) == ["link-cache", "notes.txt"]
     assert outside.read_bytes() == b"kept"
+
+
+def test_a_shape_another_step_function_ran_is_new_to_the_xla_step():
+    # The no-XLA baseline's step ran the short last batch first (op by
+    # op: no compile event); XLA's step compiling it is a partial batch
+    # against XLA's own shapes, not a retrace.
+    from keras_xla.jax_backend.step_log import Trackers
+
+    def no_xla():
+        pass
+
+    def xla():
+        pass
+
+    calls = [
+        TapCall("train", [sig(8)], [CompileEvent("train", 0.4, 0.0)]),
+        TapCall("train", [sig(2)], [], source=no_xla),
+        TapCall("train", [sig(2)], [CompileEvent("train", 0.2, 2.0)]),
+    ]
+    calls[0].source = calls[2].source = xla
+    tap = StepTap(CompileEvents())
+    log = JaxStepLog(1, tap, Trackers())
+    for i, call in enumerate(calls):
+        log.begin("train", i, float(i))
+        tap.calls["train"].append(call)
+    log.close(3.0)
+    records = log.take("train")
+    assert [len(r.new) for r in records] == [1, 0, 1]
+    assert records[2].previous[0, 0] == [sig(8)]
+    report = XLAReport()
+    Accountant(report, FindingBook(report.findings)).finish_epoch(records)
+    assert [r.cause for r in report.recompilations] == ["partial_batch"]

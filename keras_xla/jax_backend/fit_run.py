@@ -29,7 +29,7 @@ from keras_xla.jax_backend import baseline as baseline_lib
 from keras_xla.jax_backend import environment, epoch_checks
 from keras_xla.jax_backend import trial as trial_lib
 from keras_xla.jax_backend.compile_events import CompileEvents
-from keras_xla.jax_backend.step_log import JaxStepLog, tracker_of
+from keras_xla.jax_backend.step_log import JaxStepLog, trackers_of
 from keras_xla.jax_backend.summaries import JaxSummaryWriter
 from keras_xla.jax_backend.tap import StepTap, untapped
 from keras_xla.jax_backend.trial import JaxRunner
@@ -123,7 +123,7 @@ class JaxFitRun(FitOwner):
         if s.cache_status is not None:
             self._start_cache(s.cache_status)
         spe = int(model.steps_per_execution or 1)
-        self.log = JaxStepLog(spe, self.tap, tracker_of(model))
+        self.log = JaxStepLog(spe, self.tap, trackers_of(model))
         self.tap.error_handler = self._step_failed
         self._start_train = untapped(model.train_function)
         auto = AUTO in (s.jit_compile, s.mixed_precision)

@@ -29,12 +29,36 @@ from keras_xla.jax_backend.tap import StepTap, TapCall
 _TRACKERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def tracker_of(model: Any) -> SignatureTracker:
-    """The model's `SignatureTracker`, kept across fits."""
+class Trackers:
+    """The compiled signatures of each of a model's step functions.
+
+    Each jitted step function compiles its own shapes: a shape the no-XLA
+    baseline's step or another "auto" candidate's ran is not known to the
+    XLA step, so its first compilation there is explained against the
+    XLA step's own earlier shapes (a partial last batch, not a retrace),
+    as each TensorFlow step variant keeps its own.
+    """
+
+    def __init__(self) -> None:
+        self._by_function: weakref.WeakKeyDictionary = (
+            weakref.WeakKeyDictionary()
+        )
+        self._by_id: dict[int, SignatureTracker] = {}
+
+    def of(self, function: Any) -> SignatureTracker:
+        """`function`'s tracker (None: the calls of an unknown one)."""
+        try:
+            return self._by_function.setdefault(function, SignatureTracker())
+        except TypeError:  # not weak-referenceable (None, a builtin)
+            return self._by_id.setdefault(id(function), SignatureTracker())
+
+
+def trackers_of(model: Any) -> Trackers:
+    """The model's `Trackers`, kept across fits."""
     try:
-        return _TRACKERS.setdefault(model, SignatureTracker())
+        return _TRACKERS.setdefault(model, Trackers())
     except TypeError:  # not weak-referenceable: per fit
-        return SignatureTracker()
+        return Trackers()
 
 
 @dataclasses.dataclass
@@ -57,18 +81,18 @@ class JaxStepLog:
     Args:
         steps_per_call: `steps_per_execution`.
         tap: The fit's tap on the step functions.
-        tracker: The model's compiled signatures.
-        counting: Whether the step is jit-compiled (events are counted).
+        trackers: The compiled signatures of each of the model's step
+            functions.
     """
 
     def __init__(
         self,
         steps_per_call: int,
         tap: StepTap,
-        tracker: SignatureTracker,
+        trackers: Trackers,
     ) -> None:
         self.tap = tap
-        self.tracker = tracker
+        self.trackers = trackers
         self.timer = StepTimer(
             steps_per_call, 1 << 30, record_type=JaxStepRecord
         )
@@ -103,7 +127,8 @@ class JaxStepLog:
         for i, record in enumerate(timed):
             call = calls[i] if i < len(calls) else TapCall(function)
             record.signatures = [(s,) for s in call.signatures]
-            self._detect(function, record, call.events)
+            tracker = self.trackers.of(call.source)
+            self._detect(function, record, call.events, tracker)
             if record.signatures or record.measured_compile_seconds:
                 records.append(record)
         self.records[function].extend(records)
@@ -116,9 +141,15 @@ class JaxStepLog:
         records, self.records[function] = self.records[function], []
         return records
 
-    def _detect(self, function: str, record: JaxStepRecord, events) -> None:
-        """Marks the call's compilations (`record.new`) from its events."""
-        tracker = self.tracker
+    def _detect(
+        self,
+        function: str,
+        record: JaxStepRecord,
+        events: list,
+        tracker: SignatureTracker,
+    ) -> None:
+        """Marks the call's compilations (`record.new`) from its events,
+        against the shapes its step function (`tracker`) compiled."""
         fresh = []
         for j, (sig,) in enumerate(record.signatures):
             if tracker.observe(function, sig):
@@ -154,8 +185,9 @@ class JaxStepLog:
         callback's `evaluate`): their compilations, as report entries."""
         found = []
         for call in self.tap.take_outside():
+            tracker = self.trackers.of(call.source)
             for sig in call.signatures:
-                self.tracker.observe(call.function, sig)
+                tracker.observe(call.function, sig)
             compiled = [e for e in call.events if not e.cache_hit]
             if compiled:
                 found.append(

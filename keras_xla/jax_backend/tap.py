@@ -61,6 +61,8 @@ class TapCall:
             outside the fit's own steps: a callback's `evaluate`).
         error: The exception that ended the call, if any (its name).
         own: The tap's own seconds in the call.
+        source: The step function called (untapped): whose compiled
+            shapes the call's signatures are.
     """
 
     function: str
@@ -69,6 +71,7 @@ class TapCall:
     hooked: bool = True
     error: str | None = None
     own: float = 0.0
+    source: Any = None
 
 
 class _TappedIterator:
@@ -147,7 +150,7 @@ class StepTap:
             hooked = self._armed[function] > 0
             if hooked:
                 self._armed[function] -= 1
-            call = TapCall(function, hooked=hooked)
+            call = TapCall(function, hooked=hooked, source=fn)
             tapped_iterator = _TappedIterator(iterator, call, self)
             call.own = time.perf_counter() - entered
             try:
