@@ -87,6 +87,7 @@ def summary(tuner, start):
                 "median": e.step_time_ms["median"],
                 "dispatch": e.step_time_ms["dispatch_median"],
                 "tuner": e.step_time_ms["tuner_median"],
+                "input": e.step_time_ms["input_median"],
                 "hits": e.compile_cache_hits,
                 "misses": e.compile_cache_misses,
             }
@@ -380,6 +381,26 @@ def async_time(log_dir):
     convnet().fit(x, y, batch_size=128, verbose=0, callbacks=[blocking])
     out["separate"] = blocking.ms[1:]
     return out
+
+
+def slow_input(log_dir):
+    """A Python generator that takes 20 ms to make each batch: the wait
+    for the batch is measured apart from the dispatch."""
+
+    def batches():
+        rng = np.random.default_rng(0)
+        while True:
+            time.sleep(0.02)
+            x = rng.random((8, 4), dtype=np.float32)
+            yield x, rng.random((8, 1), dtype=np.float32)
+
+    model = dense_model()
+    tuner = keras_xla.XLATuner(log_dir=log_dir, verbose=0, baseline=False)
+    start = len(EVENTS)
+    model.fit(
+        batches(), steps_per_epoch=30, epochs=1, verbose=0, callbacks=[tuner]
+    )
+    return summary(tuner, start)
 
 
 class StopAt(keras.callbacks.Callback):

@@ -220,3 +220,50 @@ def test_a_planted_asynchronous_device():
     assert statistics.median(dispatch) < work_ms / 4
     total = records[-1].started_at - records[0].started_at
     assert sum(r.seconds for r in records) > total  # the device's time
+
+
+def test_results_ready_without_a_batch_end_are_not_waited_for_long():
+    # A callback before the tuner's raised on Keras's thread: the batch
+    # end never comes, but the results exist; the flush dates them when
+    # it first saw them, after a short grace, not after the stall.
+    timer = StepTimer(1, 100, stall_seconds=30.0)
+    timer.begin("train", 0, time.perf_counter())
+    timer.returned(time.perf_counter(), ready=lambda: True)
+    timer.close()
+    waited = time.perf_counter()
+    records = timer.flush("train")
+    assert time.perf_counter() - waited < 5.0
+    assert len(records) == 1 and not records[0].warmup
+
+
+def test_calls_never_seen_complete_are_timed_as_called_not_steady(clock):
+    # The fit raised in a pipelined loop: two of four calls completed.
+    starts = [0.0, 0.01, 0.02, 0.03]
+    timer = StepTimer(1, 100)
+    clock(*starts)
+    for step, start in enumerate(starts):
+        timer.begin("train", step, start)
+        timer.returned(start + 0.005)
+    timer.close(0.04)
+    timer.complete("train", 0, 0.1)
+    timer.complete("train", 1, 0.2)
+    records = timer.flush("train", wait=False)
+    assert [r.seconds for r in records] == pytest.approx([0.1, 0.1, 0.01, 0.01])
+    assert [r.warmup for r in records] == [False, False, True, True]
+
+
+def test_the_earlier_of_two_bounds_is_the_completion(clock):
+    # Seen ready at the next call's begin (1.0), while Keras's thread
+    # had read the logs at 0.4 and stamped after: the stamp wins.
+    timer = StepTimer(1, 100)
+    clock(0.0, 1.0)
+    timer.begin("train", 0, 0.0)
+    timer.returned(0.1, ready=lambda: True)
+    timer.begin("train", 1, 1.0)
+    timer.complete("train", 0, 0.4)
+    timer.returned(1.1)
+    timer.complete("train", 1, 1.2)
+    timer.close()
+    assert timer._calls[0].completed == pytest.approx(0.4)
+    first = timer.flush("train")[0]
+    assert first.seconds == pytest.approx(1.0)  # to the next begin

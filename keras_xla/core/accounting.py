@@ -235,6 +235,8 @@ class Accountant:
                 "dispatch_median": ms(stats.dispatch_median_seconds),
                 # The tuner's own work per step (its cost).
                 "tuner_median": ms(stats.own_median_seconds),
+                # Waiting for the batch (None: not seen apart, TF).
+                "input_median": ms(stats.input_median_seconds),
             },
             examples_per_second=_round(stats.examples_per_second),
             examples_per_second_overall=_round(

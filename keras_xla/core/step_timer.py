@@ -51,6 +51,9 @@ from keras_xla.core.timing import StepRecord
 # Results that do come arrive steadily, and the wait costs the device
 # nothing: it is busy with the steps waited for.
 STALL_SECONDS = 10.0
+# A waiting flush that sees a call's results exist gives Keras's thread
+# this long to stamp them before it dates them itself.
+READY_GRACE_SECONDS = 0.05
 
 
 @dataclasses.dataclass(slots=True)
@@ -63,8 +66,11 @@ class _Call:
     closed: float | None = None
     completed: float | None = None
     next_begin: float | None = None  # closed by the next call's begin
-    # Whether the call's results exist yet, asked without waiting.
+    # Whether the call's results exist yet, asked without waiting; and
+    # when a waiting flush first saw them exist.
     ready: Callable[[], bool] | None = None
+    seen_ready: float | None = None
+    input: float | None = None  # waiting for its batches, where seen
 
 
 class StepTimer:
@@ -135,6 +141,7 @@ class StepTimer:
         now: float,
         own: float = 0.0,
         ready: Callable[[], bool] | None = None,
+        input_seconds: float = 0.0,
     ) -> None:
         """The open call's function returned at `now` (its results may
         not exist yet); the tuner spent `own` seconds of its own in it.
@@ -142,23 +149,41 @@ class StepTimer:
         when the next call begins, it dates the completion of a step
         that finished before then exactly (a batch-end hook on Keras's
         thread may run late when the training thread keeps the
-        interpreter busy)."""
+        interpreter busy). `input_seconds` of the call waited for its
+        batches: not the dispatch's."""
         if self._open is not None:
             self._open.returned = now
             self._open.own += own
             self._open.ready = ready
+            self._open.input = input_seconds
 
     def _check_ready(self, now: float) -> None:
         call = self._open
-        if call is None or call.ready is None:
-            return
-        ready, call.ready = call.ready, None
+        if call is not None:
+            self._seen_ready(call, now)
+
+    def _seen_ready(self, call: _Call, now: float) -> bool:
+        """Asks `call`'s results, without waiting, whether they exist; if
+        so, they did by `now` (a bound, as a batch end's stamp is: the
+        earlier wins). Returns whether they do."""
+        if call.ready is None:
+            return call.completed is not None
         try:
-            done = ready()
+            done = call.ready()
         except Exception:  # noqa: BLE001 - a deleted array: unknown
-            return
-        if done and (call.completed is None or call.completed > now):
-            call.completed = max(now, call.returned or call.start)
+            call.ready = None
+            return False
+        if done:
+            self._bound(call, now)
+        return done
+
+    @staticmethod
+    def _bound(call: _Call, now: float) -> None:
+        """`call` completed by `now`: its completion is the earlier of
+        the bounds known (a stamp is never early)."""
+        now = max(now, call.returned or call.start)
+        if call.completed is None or now < call.completed:
+            call.completed = now
 
     def complete(self, function: str, step: int, now: float) -> None:
         """The results of `function`'s call that ran `step` exist at
@@ -170,8 +195,7 @@ class StepTimer:
         for first in range(step, step - self.steps_per_call, -1):
             call = self._by_step.get((function, first))
             if call is not None:
-                if call.completed is None:
-                    call.completed = max(now, call.returned or call.start)
+                self._bound(call, now)
                 call.ready = None
                 break
         if self._flushing:
@@ -227,6 +251,11 @@ class StepTimer:
 
     def _record(self, call: _Call, previous: float | None) -> StepRecord:
         start = max(previous or 0.0, call.start)
+        unknown = call.completed is None and call.returned is not None
+        if unknown:
+            # It returned and its results were never seen (the fit
+            # raised, or the wait gave up): timed as called, not steady.
+            start = call.start
         if call.completed is None:
             end = call.closed
         else:
@@ -234,7 +263,8 @@ class StepTimer:
         seconds = end - start
         dispatch = None
         if call.returned is not None:
-            dispatch = max(call.returned - call.start, 0.0)
+            dispatch = call.returned - call.start - (call.input or 0.0)
+            dispatch = max(dispatch, 0.0)
         return self.record_type(
             call.function,
             call.first,
@@ -243,6 +273,8 @@ class StepTimer:
             fallback_steps=self.steps_per_call,
             dispatch_seconds=dispatch,
             own_seconds=call.own,
+            warmup=unknown,
+            input_seconds=call.input,
         )
 
     def _bound_completions(self) -> None:
@@ -258,14 +290,36 @@ class StepTimer:
 
     def _waiting(self, function: str) -> bool:
         """Whether a closed call of `function` that returned has no
-        completion yet."""
-        return any(
-            call.function == function
-            and call.closed is not None
-            and call.returned is not None
-            and call.completed is None
-            for call in self._calls
-        )
+        completion yet (results seen ready for `READY_GRACE_SECONDS`
+        without a batch end count as completed when first seen: a
+        callback before the tuner's may have raised on Keras's thread,
+        and Keras says so later)."""
+        now = None
+        waiting = False
+        for call in self._calls:
+            if (
+                call.function != function
+                or call.closed is None
+                or call.returned is None
+                or call.completed is not None
+            ):
+                continue
+            if call.ready is not None:
+                now = now or time.perf_counter()
+                if call.seen_ready is None:
+                    try:
+                        if call.ready():
+                            call.seen_ready = now
+                    except Exception:  # noqa: BLE001 - unknown: wait
+                        call.ready = None
+                if (
+                    call.seen_ready is not None
+                    and now - call.seen_ready >= READY_GRACE_SECONDS
+                ):
+                    self._bound(call, call.seen_ready)
+                    continue
+            waiting = True
+        return waiting
 
     def _wait(self, function: str) -> None:
         """Until each returned call of `function` has its completion (see
@@ -273,9 +327,14 @@ class StepTimer:
         with self._arrived:
             self._flushing = True
             try:
+                stall = max(self.stall_seconds, 10.0 * self._longest)
+                quiet = 0.0  # seconds without a new completion
                 while self._waiting(function):
-                    stall = max(self.stall_seconds, 10.0 * self._longest)
-                    if not self._arrived.wait(stall):
+                    if self._arrived.wait(READY_GRACE_SECONDS):
+                        quiet = 0.0
+                        continue
+                    quiet += READY_GRACE_SECONDS
+                    if quiet >= stall:
                         return  # nothing came: stalled
             finally:
                 self._flushing = False

@@ -45,6 +45,8 @@ class StepRecord:
             then); None where the return was not seen.
         own_seconds: The tuner's own time in the call's hooks (its cost
             to the step).
+        input_seconds: The time the call waited for its batches; None
+            where not seen (TensorFlow fetches them inside its step).
     """
 
     function: str
@@ -61,6 +63,7 @@ class StepRecord:
     measured_compile_seconds: list = dataclasses.field(default_factory=list)
     dispatch_seconds: float | None = None
     own_seconds: float = 0.0
+    input_seconds: float | None = None
 
     @property
     def steps(self) -> int:
@@ -109,6 +112,7 @@ class RunStatistics:
     examples_per_second_overall: float | None
     dispatch_median_seconds: float | None = None
     own_median_seconds: float | None = None
+    input_median_seconds: float | None = None
 
 
 def run_statistics(
@@ -161,7 +165,19 @@ def run_statistics(
         own_median_seconds=percentile(
             [r.own_seconds / max(r.steps, 1) for r in pool], 50
         ),
+        input_median_seconds=(
+            percentile(waits, 50) if (waits := _input_waits(pool)) else None
+        ),
     )
+
+
+def _input_waits(records: Sequence[StepRecord]) -> list[float]:
+    """Each record's wait for its batches, per step, where it was seen."""
+    return [
+        r.input_seconds / max(r.steps, 1)
+        for r in records
+        if r.input_seconds is not None
+    ]
 
 
 def estimate_compile_seconds(

@@ -61,6 +61,8 @@ class TapCall:
             outside the fit's own steps: a callback's `evaluate`).
         error: The exception that ended the call, if any (its name).
         own: The tap's own seconds in the call.
+        input: The seconds the call waited for its batches (`next()` on
+            Keras's iterator).
         source: The step function called (untapped): whose compiled
             shapes the call's signatures are.
     """
@@ -71,6 +73,7 @@ class TapCall:
     hooked: bool = True
     error: str | None = None
     own: float = 0.0
+    input: float = 0.0
     source: Any = None
 
 
@@ -86,8 +89,10 @@ class _TappedIterator:
         return self
 
     def __next__(self):
+        asked = time.perf_counter()
         data = next(self._iterator)
         start = time.perf_counter()
+        self._call.input += start - asked
         try:
             self._call.signatures.append(self._tap.signature(data))
         except Exception as error:  # noqa: BLE001 - never stop training
@@ -157,7 +162,10 @@ class StepTap:
                 result = fn(state, tapped_iterator)
                 if hooked and self.on_return is not None:
                     self.on_return(
-                        time.perf_counter(), call.own, _readiness(result)
+                        time.perf_counter(),
+                        call.own,
+                        _readiness(result),
+                        call.input,
                     )
                 return result
             except StopIteration:
