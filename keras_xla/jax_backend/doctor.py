@@ -75,8 +75,9 @@ def collect_diagnosis() -> dict[str, Any]:
         diagnosis["smoke_compile"] = {"error": repr(error)}
         problems.append(f"Smoke compile failed: {error!r}")
     notes = [
-        "XLAModel, keras_xla.data, auto-clustering and the 'auto' trial "
-        "are TensorFlow features; XLATuner works on JAX."
+        "XLAModel, keras_xla.data (tf.data), auto-clustering and "
+        "profile_steps are TensorFlow features; XLATuner, its 'auto' "
+        "trial and its baseline work on JAX."
     ]
     if not diagnosis["compile_cache"].get("jax_compilation_cache_dir"):
         notes.append(
