@@ -233,7 +233,7 @@ def plan(epoch_steps, epochs=1, budget=0.25, spe=1, enabled=True, jit=True):
     t = dataclasses.replace(policy.TUNABLES, baseline_warmup_steps=0)
     original = ModelState(MODEL)
     return baseline.plan(
-        enabled, jit, epoch_steps, spe, "float32", epochs, budget, original, t
+        enabled, jit, epoch_steps, spe, epochs, budget, MODEL, original, t
     )
 
 
@@ -294,7 +294,7 @@ def test_baseline_plan_sizes_the_windows_by_the_trial_policy():
     # The default plan warms up 20 XLA steps first, where the epoch has
     # room (200 steps: 48 of windows, 20 of warm-up).
     default = baseline.plan(
-        True, True, 200, 1, "float32", 1, 0.25, ModelState(MODEL)
+        True, True, 200, 1, 1, 0.25, MODEL, ModelState(MODEL)
     )
     assert default.warmup == 20 and default.extend_to == 50
     assert [c.name for c in trial.candidates] == [

@@ -98,6 +98,11 @@ class Request:
             not remembered).
         clustering: Whether auto-clustering is a candidate (the user
             turned it on with `set_jit`, and it acts here).
+        defer_unknown: Whether a baseline over data of unknown length in
+            a fit of several epochs waits for the second epoch (whose
+            length is the first's). JAX runs it in the first: its trainer
+            stops at `next(iterator)` before a step at the end of data.
+        tunables: The policy's numbers. Defaults to `policy.TUNABLES`.
     """
 
     jit: Any
@@ -111,6 +116,8 @@ class Request:
     epochs: int | None = None
     memory_dir: str | None = None
     clustering: bool = False
+    defer_unknown: bool = True
+    tunables: policy.Tunables | None = None
 
 
 def plan(
@@ -201,17 +208,22 @@ DEFERRED_REASON = (
 
 
 def plan_baseline(
-    model: Any, request: Request, original: ModelState
+    model: Any,
+    request: Request,
+    original: ModelState,
+    runner_type: type[TrialRunner] | None = None,
 ) -> TrialRunner | Measured:
     """A no-XLA baseline for a fit with XLA on: windows without XLA
     interleaved with XLA's, on the schedule `policy.baseline_plan` gives;
-    the model keeps XLA after it."""
-    t = policy.TUNABLES
+    the model keeps XLA after it. `runner_type` is the backend's runner
+    (`TrialRunner`'s subclass taking `(trial, original, keep=...)`;
+    TensorFlow's own by default)."""
+    t = request.tunables or policy.TUNABLES
     spe, steps = request.steps_per_call, request.epoch_steps
     if not request.baseline:
         off = "the baseline window is off (XLATuner(baseline=False))"
         return Measured(BaselineSection(reason=off))
-    if not steps and (request.epochs or 1) > 1:
+    if not steps and request.defer_unknown and (request.epochs or 1) > 1:
         # The second epoch's length is the first's: the owner starts the
         # baseline there (`plan_baseline` again, with that length).
         return Measured(BaselineSection(reason=DEFERRED_REASON))
@@ -235,7 +247,10 @@ def plan_baseline(
         return Measured(BaselineSection(reason=plan))
     dtype = model.dtype_policy.name
     trial, keep = trial_lib.baseline_trial(dtype, plan, spe, t)
-    runner = TrialRunner(trial, original, True, keep=keep)
+    if runner_type is None:
+        runner = TrialRunner(trial, original, True, keep=keep)
+    else:
+        runner = runner_type(trial, original, keep=keep)
     runner.apply(plan)
     runner.unknown_length = not steps
     runner.switch(model, keep)

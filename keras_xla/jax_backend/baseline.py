@@ -1,10 +1,10 @@
 """The no-XLA baseline on JAX: the same step without `jax.jit`.
 
-The schedule, the timing rule, the speedup's range and the extra rounds
-while that range is not useful are the TensorFlow side's: an
-`auto.trial.Trial` of two candidates (the model's policy with XLA, and
-without) sized by `auto.policy`'s tunables, run by
-`auto.runner.TrialRunner` (as `jax_backend.trial.JaxRunner`). What
+The plan, the schedule, the timing rule, the speedup's range and the
+extra rounds while that range is not useful are the TensorFlow side's:
+`auto.runner.plan_baseline` sizes an `auto.trial.Trial` of two candidates
+(the model's policy with XLA, and without) by `auto.policy`'s tunables,
+run by `auto.runner.TrialRunner` (as `jax_backend.trial.JaxRunner`). What
 differs is the switch: on JAX a candidate is a train function as well as
 a model setting. The no-XLA function is Keras's own (`jit_compile=False`,
 `make_train_function(force=True)`), built once by the owner
@@ -15,10 +15,13 @@ XLA compiles nothing again.
 
 from __future__ import annotations
 
+from typing import Any
+
 from keras_xla.auto import policy
 from keras_xla.auto.model_state import ModelState
 from keras_xla.auto.policy import Candidate
-from keras_xla.auto.trial import Trial, baseline_trial
+from keras_xla.auto.runner import Measured, Request, plan_baseline
+from keras_xla.auto.trial import Trial
 from keras_xla.core.report import BaselineSection
 from keras_xla.jax_backend.trial import JaxRunner
 
@@ -46,35 +49,34 @@ def plan(
     jit_on: bool,
     epoch_steps: int | None,
     spe: int,
-    policy_name: str,
     epochs: int | None,
     budget: float | int,
+    model: Any,
     original: ModelState,
     t: policy.Tunables | None = None,
 ) -> BaselineRunner | BaselineSection:
     """The baseline's runner for a fit whose first epoch has
-    `epoch_steps` steps, or the section saying why there is none.
-
-    The schedule is `auto.runner.plan_baseline`'s
-    (`policy.baseline_plan`).
-    """
-    t = t or policy.TUNABLES
-    if not enabled:
-        why = "the baseline window is off (XLATuner(baseline=False))"
-        return BaselineSection(reason=why)
+    `epoch_steps` steps, or the section saying why there is none:
+    `auto.runner.plan_baseline`'s, as on TensorFlow, with JAX's runner.
+    Data of unknown length runs the windows in the first epoch: at the
+    end of the data Keras's JAX trainer stops at `next(iterator)` before
+    any step runs (no state changes, with or without jit)."""
     if not jit_on:
         return BaselineSection(reason="XLA is off in this fit")
-    if epoch_steps:
-        schedule = policy.baseline_plan(epoch_steps, epochs, spe, budget, t)
-    else:
-        # Data of unknown length: the windows may meet its end, where
-        # Keras's JAX trainer stops at `next(iterator)` before any step
-        # runs (no state changes, with or without jit).
-        schedule = policy.unknown_length_plan(spe, budget, t)
-    if isinstance(schedule, str):
-        return BaselineSection(reason=schedule)
-    trial, keep = baseline_trial(policy_name, schedule, spe, t)
-    runner = BaselineRunner(trial, original, keep)
-    runner.apply(schedule)
-    runner.active = keep  # the fit's own configuration, as set up
-    return runner
+    request = Request(
+        jit=True,
+        precision=None,
+        budget=budget,
+        xla_possible=True,
+        epoch_steps=epoch_steps,
+        steps_per_call=spe,
+        probed=True,
+        baseline=enabled,
+        epochs=epochs,
+        defer_unknown=False,
+        tunables=t,
+    )
+    planned = plan_baseline(model, request, original, BaselineRunner)
+    if isinstance(planned, Measured):
+        return planned.baseline
+    return planned

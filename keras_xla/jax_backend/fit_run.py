@@ -145,9 +145,9 @@ class JaxFitRun(FitOwner):
             self._start.jit,
             self.params.get("steps"),
             spe,
-            model.dtype_policy.name,
             self.params.get("epochs"),
             s.trial_budget,
+            model,
             ModelState(model),
         )
         if isinstance(planned, report_lib.BaselineSection):
