@@ -157,25 +157,17 @@ class StepTimer:
             self._open.ready = ready
             self._open.input = input_seconds
 
-    def _check_ready(self, now: float) -> None:
-        call = self._open
-        if call is not None:
-            self._seen_ready(call, now)
-
-    def _seen_ready(self, call: _Call, now: float) -> bool:
-        """Asks `call`'s results, without waiting, whether they exist; if
-        so, they did by `now` (a bound, as a batch end's stamp is: the
-        earlier wins). Returns whether they do."""
+    @staticmethod
+    def _is_ready(call: _Call) -> bool:
+        """Whether `call`'s results exist, asked without waiting (False
+        where it cannot say)."""
         if call.ready is None:
-            return call.completed is not None
+            return False
         try:
-            done = call.ready()
+            return bool(call.ready())
         except Exception:  # noqa: BLE001 - a deleted array: unknown
             call.ready = None
             return False
-        if done:
-            self._bound(call, now)
-        return done
 
     @staticmethod
     def _bound(call: _Call, now: float) -> None:
@@ -209,8 +201,9 @@ class StepTimer:
         if self._open is None:
             return None
         closed = now or time.perf_counter()
-        self._check_ready(closed)
         call, self._open = self._open, None
+        if self._is_ready(call):
+            self._bound(call, closed)  # its results existed by then
         call.closed = closed
         call.next_begin = now
         self._closed[call.function] += 1
@@ -250,12 +243,10 @@ class StepTimer:
         return records
 
     def _record(self, call: _Call, previous: float | None) -> StepRecord:
-        start = max(previous or 0.0, call.start)
+        # Returned, and its results never seen (the fit raised, or the
+        # wait gave up): timed as called, and not a steady step.
         unknown = call.completed is None and call.returned is not None
-        if unknown:
-            # It returned and its results were never seen (the fit
-            # raised, or the wait gave up): timed as called, not steady.
-            start = call.start
+        start = call.start if unknown else max(previous or 0.0, call.start)
         if call.completed is None:
             end = call.closed
         else:
@@ -306,12 +297,8 @@ class StepTimer:
                 continue
             if call.ready is not None:
                 now = now or time.perf_counter()
-                if call.seen_ready is None:
-                    try:
-                        if call.ready():
-                            call.seen_ready = now
-                    except Exception:  # noqa: BLE001 - unknown: wait
-                        call.ready = None
+                if call.seen_ready is None and self._is_ready(call):
+                    call.seen_ready = now
                 if (
                     call.seen_ready is not None
                     and now - call.seen_ready >= READY_GRACE_SECONDS

@@ -137,11 +137,6 @@ def run_statistics(
     median = percentile(per_step, 50)
     if not steady and fallback_median is not None:
         median = fallback_median
-    dispatch = [
-        r.dispatch_seconds / max(r.steps, 1)
-        for r in pool
-        if r.dispatch_seconds is not None
-    ]
     steady_time = sum(r.seconds for r in steady)
     steady_examples = sum(r.examples() for r in steady)
     all_time = sum(r.seconds for r in records)
@@ -159,25 +154,21 @@ def run_statistics(
         examples_per_second_overall=(
             all_examples / all_time if all_time > 0 and all_examples else None
         ),
-        dispatch_median_seconds=(
-            percentile(dispatch, 50) if dispatch else None
-        ),
-        own_median_seconds=percentile(
-            [r.own_seconds / max(r.steps, 1) for r in pool], 50
-        ),
-        input_median_seconds=(
-            percentile(waits, 50) if (waits := _input_waits(pool)) else None
-        ),
+        dispatch_median_seconds=_median_per_step(pool, "dispatch_seconds"),
+        own_median_seconds=_median_per_step(pool, "own_seconds"),
+        input_median_seconds=_median_per_step(pool, "input_seconds"),
     )
 
 
-def _input_waits(records: Sequence[StepRecord]) -> list[float]:
-    """Each record's wait for its batches, per step, where it was seen."""
-    return [
-        r.input_seconds / max(r.steps, 1)
+def _median_per_step(records: Sequence[StepRecord], field: str) -> float | None:
+    """The median per step of a record's `field` (seconds of the call),
+    over the records that measured it; None where none did."""
+    values = [
+        getattr(r, field) / max(r.steps, 1)
         for r in records
-        if r.input_seconds is not None
+        if getattr(r, field) is not None
     ]
+    return percentile(values, 50) if values else None
 
 
 def estimate_compile_seconds(

@@ -80,7 +80,7 @@ class StepLog:
         if not self.timer.in_call:
             # New entries were written outside the fit's calls: dated
             # before this one, out of its window. (A call's own entries
-            # were dated at its batch-end hook, `end`.)
+            # were dated at its batch-end hook, `complete`.)
             self._stamp_ledger(now, -BEFORE_CALL_SECONDS, counting)
         self._collect_full(self.timer.begin(function, batch, now), counting)
 
