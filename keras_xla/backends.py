@@ -30,7 +30,7 @@ _PARTS = {
         "environment": ("keras_xla.tf_backend.environment", None),
     },
     JAX: {
-        "fit_owner": ("keras_xla.jax_backend.fit_run", "JaxFitRun"),
+        "fit_owner": ("keras_xla.jax_backend.fit_run", "FitRun"),
         "compile_cache": ("keras_xla.jax_backend.compile_cache", None),
         "doctor": ("keras_xla.jax_backend.doctor", None),
         "xla_model": ("keras_xla.jax_backend.xla_model", "XLAModel"),

@@ -1,28 +1,48 @@
-"""What every backend's owner of a fit holds, and how it closes an epoch.
+"""FitOwner: the one owner of a `fit` under XLATuner, on every backend.
 
-`keras_xla.tf_backend.fit_run.FitRun` (TensorFlow) and
-`keras_xla.jax_backend.fit_run.JaxFitRun` (JAX) own one `fit` each: the
-tuner's hooks call the same methods on either. Both start from the same
-state (the report, its findings, the accountant, the outputs) and close
-an epoch the same way: their own stages (`_label_cache`, `_check`,
-`_conclude`), each failing on its own, then the outputs, the JSON first.
+The tuner's hooks call a `FitOwner`; it alone holds the fit's state: the
+report, its findings, the accountant, the outputs, the step log, the
+running trial (or no-XLA baseline windows). Every hook's skeleton lives
+here, once: a step's begin and end, an epoch's begin and end, a
+validation run, the trial's windows and their end, an interrupted fit,
+the fit's end. A backend's `fit_run.FitRun` (`tf_backend/`,
+`jax_backend/`) subclasses it, as Keras's backend trainers subclass its
+`Trainer`, and supplies only what differs: the fit's setup (`begin`),
+putting a candidate's step functions on the model, what a fit borrows of
+the model and gives back, and the epoch's cache labels and checks.
+
+The pieces the owner uses take values and return results (records,
+statistics, a trial's `Decided` or a baseline's `Measured`, report
+sections, `(code, message, fix)` findings); the owner applies them.
+Data flows one way: batch -> the backend's step log -> step records ->
+accounting -> epoch statistics -> report -> verdict -> outputs.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from keras_xla.auto.policy import Status
+from keras_xla.auto.runner import Decided, Measured, Next
+from keras_xla.core import findings as codes
+from keras_xla.core import render, summaries
 from keras_xla.core import report as report_lib
-from keras_xla.core import summaries
+from keras_xla.core import verdict as verdict_lib
 from keras_xla.core.accounting import Accountant
 from keras_xla.core.findings import FindingBook
 from keras_xla.fit_outputs import FitOutputs
 
+# The baseline section's reason when the fit ended in its windows.
+ENDED_REASON = "the fit ended during the no-XLA baseline window"
+
 
 class FitOwner:
-    """The state of one `fit` that does not depend on the backend; a
-    backend's owner names its TensorBoard writer (`summary_writer`).
+    """The state of one `fit` and what the tuner does with it.
+
+    A backend's owner sets `log` (its step log: `begin`, `complete`,
+    `close`, `collect`, `take`, `drain`) in `begin`, and `trial` while a
+    trial or baseline runs (an `auto.runner.TrialRunner`).
 
     Args:
         settings: The tuner's checked arguments (`keras_xla.settings`).
@@ -36,6 +56,8 @@ class FitOwner:
     summary_writer: type | None = None
     # The running trial or baseline windows (the backend's runner).
     trial: Any = None
+    # The fit's step log (the backend's).
+    log: Any = None
 
     def __init__(
         self,
@@ -60,6 +82,132 @@ class FitOwner:
         self._epoch_open = False
         self._testing = False
 
+    # The fit's start and end.
+
+    def begin(self) -> None:
+        """Sets the fit up (the backend's): the model in the requested
+        configuration, the step log, the trial or baseline."""
+        raise NotImplementedError
+
+    def end(self) -> str | None:
+        """Ends the fit; returns the summary text (None if inactive)."""
+        if not self.active:
+            return None
+        self.active = False
+        try:
+            self.log.close()
+            self._outside("at the end of the fit")
+        finally:
+            # Whatever failed above, what the fit set up is taken down
+            # and the model is put back.
+            self._release()
+            self._leave_model()
+        self.report.verdict = verdict_lib.build(self.report)
+        self.outputs.write()
+        return render.summary(self.report)
+
+    def interrupted(self) -> None:
+        """The fit raised (KeyboardInterrupt, another callback, the data,
+        Keras between the hooks): the steps trained so far are accounted
+        (an epoch already closed is not closed again), the model is left
+        as the user compiled it, and the report is written, as at a train
+        end that Keras will not call."""
+        if not self.active:
+            return
+        try:
+            self._stop_on_error()
+            if self._testing:
+                self.test_end()
+            self.epoch_end(self.accountant.epoch, interrupted=True)
+        finally:
+            self.end()
+
+    # Per step: the clock is read first.
+
+    def step_begin(self, function: str, batch: int) -> None:
+        now = time.perf_counter()
+        if not self.active:
+            return
+        if function == "train" and self.trial is not None:
+            self.log.close(now)
+            self._trial_step(batch)
+        self._call_begins(function, now)
+        self.log.begin(function, batch, now)
+
+    def step_end(self, function: str, batch: int) -> None:
+        """A call's batch-end hook, maybe on Keras's worker thread: its
+        results exist (Keras read its logs). What follows, Keras's end of
+        the data and of the epoch, is not the step's."""
+        now = time.perf_counter()
+        if self.active:
+            self.log.complete(function, batch, now)
+            self._call_ended()
+
+    # The trial and the baseline windows.
+
+    def _trial_step(self, batch: int) -> None:
+        """Before a train call in the trial's or the baseline's windows:
+        the runner's schedule (`auto.runner.TrialRunner.before_call`)
+        picks the side; the backend puts it on the model."""
+        runner = self.trial
+        outcome = runner.before_call(
+            self.model, lambda: self.log.collect("train", next_step=batch)
+        )
+        if outcome is Next.DONE:
+            self._finish_trial()
+        else:
+            self._put_side(runner, outcome is Next.SWITCHED, batch)
+
+    def _finish_trial(self) -> None:
+        """The windows are over: the trial's decision or the baseline's
+        section; the model trains on in the winner's (or XLA's)
+        configuration."""
+        runner, self.trial = self.trial, None
+        settled = runner.finish(self.model, self.log.collect("train"))
+        self._settle(settled, runner.active)
+
+    def _settle(self, settled: Decided | Measured, chosen: Any) -> None:
+        """A trial's `Decided` or a baseline's `Measured` in the report;
+        the model is in `chosen`'s configuration (a baseline's: XLA's)."""
+        if isinstance(settled, Measured):
+            self.report.baseline = settled.baseline
+            self._measured(settled, chosen)
+            return
+        self.report.decision = settled.decision
+        if settled.skipped is not None:
+            self.book.add(codes.TRIAL_SKIPPED, *settled.skipped)
+        if settled.kept is not None:
+            self.trial_result = (self.model, settled.kept, settled.decision)
+        self.report.jit = report_lib.JitInfo(
+            self.settings.jit_compile,
+            self._decided(chosen),
+            settled.jit_reason(),
+        )
+        self._jit_settled()
+        self.report.environment["policy"] = self.model.dtype_policy.name
+        self.outputs.decided = True
+
+    def _abandon_trial(self) -> Any:
+        """The fit ended before the trial (or the baseline window) ended:
+        nothing was chosen (nothing measured); returns the runner."""
+        runner, self.trial = self.trial, None
+        if runner is None:
+            return None
+        if runner.keep is not None:
+            self.report.baseline = report_lib.BaselineSection(
+                reason=ENDED_REASON
+            )
+        else:
+            self.book.add(
+                codes.TRIAL_SKIPPED,
+                "The fit ended before the XLA/precision trial decided: "
+                "nothing was chosen, and the model is left as you "
+                "compiled it.",
+                "Let the fit run past the trial's steps.",
+            )
+        self._abandoned(runner)
+        return runner
+
     def _trial_skipped(self) -> bool:
         """Whether "auto"'s trial could not run (it settled at once,
         skipped: the model trains as compiled)."""
@@ -69,6 +217,73 @@ class FitOwner:
             and decision is not None
             and decision.status == Status.SKIPPED
         )
+
+    # Epochs and validation runs.
+
+    def epoch_begin(self, epoch: int) -> None:
+        if self.active:
+            self._outside(f"before epoch {epoch}")
+            self._epoch_begins(epoch)
+        self.accountant.start_epoch(epoch)
+        self._epoch_open = True
+
+    def test_begin(self) -> None:
+        if self.active:
+            self._testing = True
+            self._end_train_calls()
+            epoch = self.accountant.epoch
+            self._outside(f"before validation of epoch {epoch}")
+
+    def test_end(self) -> None:
+        self._testing = False
+        if not self.active:
+            return
+        records = self.log.take("test")
+        self._taken(records)
+        train_so_far = self.log.collect("train")
+        self.accountant.finish_run("test", records, train_so_far)
+
+    def epoch_end(
+        self, epoch: int, interrupted: bool = False
+    ) -> dict[str, float] | None:
+        """Closes the open epoch, once: its stats, checks and outputs. An
+        `interrupted` epoch that trained no step is not listed, and gets
+        no checks (its steps are all that is reported). Returns the
+        epoch's `xla/*` figures (TensorBoard's epoch scalars), or None."""
+        if not self.active or not self._epoch_open:
+            return None
+        self._end_train_calls(interrupted)
+        records = self.log.take("train")
+        self._epoch_open = False
+        if interrupted and not records:
+            return None
+        self._taken(records, epoch)
+        if self.trial is not None:  # it goes on in the next epoch
+            self.trial.new_epoch()
+        stats = self.accountant.finish_epoch(records)
+        stats.jit_compile = self._xla_trains()
+        return self._close_epoch(stats, records, interrupted)
+
+    def _end_train_calls(self, interrupted: bool = False) -> None:
+        """Validation or the epoch's end: the train calls so far are
+        collected; the trial ends with them unless it spans epochs (an
+        interrupted fit's trial ends undecided)."""
+        self._train_calls_end(interrupted)
+        self.log.close()
+        records = self.log.collect("train")
+        if self.trial is None:
+            return
+        if interrupted:
+            self._abandon_trial()
+            return
+        more = self.accountant.epoch + 1 < self.params.get("epochs", 1)
+        if self.trial.pause(records, more):
+            self._finish_trial()
+
+    def _outside(self, when: str) -> None:
+        """Steps run outside the fit's own calls (a callback's
+        `evaluate`): set aside, their compilations reported."""
+        self.report.outside_compilations.extend(self.log.drain(when))
 
     def _close_epoch(
         self, stats: Any, records: list, interrupted: bool
@@ -85,11 +300,64 @@ class FitOwner:
         self.outputs.write(stats, records)
         return summaries.epoch_figures(stats, self.report.hlo)
 
+    def _conclude(self, stats: Any, records: list) -> None:
+        """The epoch's last stage: the verdict so far."""
+        self.report.verdict = verdict_lib.build(self.report)
+
+    # What a backend supplies. Those with a body do nothing by default.
+
+    def _put_side(self, runner: Any, switched: bool, batch: int) -> None:
+        """The runner's `active` candidate trains the call at `batch`
+        (`switched`: the runner just changed the model's configuration)."""
+        raise NotImplementedError
+
+    def _decided(self, chosen: Any) -> bool:
+        """A trial decided and the model is in `chosen`'s configuration:
+        its step functions train on; returns whether XLA is on."""
+        raise NotImplementedError
+
+    def _measured(self, measured: Measured, chosen: Any) -> None:
+        """The baseline measured; XLA (`chosen`) trains on."""
+
+    def _jit_settled(self) -> None:
+        """The report's XLA setting is the trial's outcome."""
+
+    def _abandoned(self, runner: Any) -> None:
+        """The trial or baseline `runner` ended undecided."""
+
+    def _call_begins(self, function: str, now: float) -> None:
+        """A call of `function` is about to start (`now`)."""
+
+    def _call_ended(self) -> None:
+        """A call's batch-end hook ran (any thread)."""
+
+    def _stop_on_error(self) -> None:
+        """The fit raised: what must stop before the epoch is closed."""
+
+    def _release(self) -> None:
+        """The fit ends: what it set up comes down, before the model is
+        put back."""
+
+    def _leave_model(self) -> None:
+        """Puts back what the fit changed on the model, unless `keep`."""
+        raise NotImplementedError
+
+    def _epoch_begins(self, epoch: int) -> None:
+        """An epoch begins in an active fit."""
+
+    def _train_calls_end(self, interrupted: bool) -> None:
+        """The train calls so far are about to be collected."""
+
+    def _taken(self, records: list, epoch: int | None = None) -> None:
+        """A run's records were taken (an epoch's train records with its
+        `epoch`, a validation run's without)."""
+
+    def _xla_trains(self) -> bool:
+        """Whether the train step compiles with XLA now."""
+        raise NotImplementedError
+
     def _label_cache(self, stats: Any, records: list) -> None:
         raise NotImplementedError
 
     def _check(self, stats: Any, records: list) -> None:
-        raise NotImplementedError
-
-    def _conclude(self, stats: Any, records: list) -> None:
         raise NotImplementedError

@@ -252,7 +252,7 @@ MODEL = tiny_model()
 
 def trial_plan(epoch_steps, budget, jit="auto", precision=None):
     """The JAX trial's runner (or its `Decided`) for `MODEL`, with the
-    candidates `JaxFitRun` gives it on a CPU without bfloat16."""
+    candidates the JAX owner gives it on a CPU without bfloat16."""
     from keras_xla.auto.policy import Candidate
     from keras_xla.core.hardware import DeviceInfo
     from keras_xla.jax_backend import trial as trial_lib
@@ -317,7 +317,7 @@ def test_baseline_plan_sizes_the_windows_by_the_trial_policy():
 
 def drive_trial(runner, seconds, calls):
     """Runs `calls` train calls through a JAX runner (a trial's or a
-    baseline's) as JaxFitRun does: `seconds(candidate, call)` is each
+    baseline's) as the JAX owner does: `seconds(candidate, call)` is each
     call's wall time. Returns `(result, records)`."""
     from keras_xla.auto.runner import Next
 

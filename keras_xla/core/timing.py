@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from collections.abc import Sequence
 
 
@@ -86,6 +87,12 @@ class StepRecord:
 def ms(seconds: float | None) -> float | None:
     """Seconds as milliseconds, rounded to 4 digits (None stays None)."""
     return None if seconds is None else round(seconds * 1000.0, 4)
+
+
+def median_seconds(values: Sequence[float]) -> float | None:
+    """The median of `values` (seconds) to 0.1 ms, or None without any:
+    the compile cache's hit and miss medians, on every backend."""
+    return round(statistics.median(values), 4) if values else None
 
 
 def percentile(values: Sequence[float], q: float) -> float:

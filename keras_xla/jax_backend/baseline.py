@@ -8,9 +8,9 @@ run by `auto.runner.TrialRunner` (as `jax_backend.trial.JaxRunner`). What
 differs is the switch: on JAX a candidate is a train function as well as
 a model setting. The no-XLA function is Keras's own (`jit_compile=False`,
 `make_train_function(force=True)`), built once by the owner
-(`JaxFitRun`), which puts the runner's `active` candidate's function on
-the model; the model's jitted function is kept aside and put back, so
-XLA compiles nothing again.
+(`jax_backend.fit_run.FitRun`), which puts the runner's `active`
+candidate's function on the model; the model's jitted function is
+kept aside and put back, so XLA compiles nothing again.
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ from keras_xla.auto.runner import Measured, Request, plan_baseline
 from keras_xla.auto.trial import Trial
 from keras_xla.core.report import BaselineSection
 from keras_xla.jax_backend.trial import JaxRunner
-
-ENDED_REASON = "the fit ended during the no-XLA baseline window"
 
 
 class BaselineRunner(JaxRunner):

@@ -1,16 +1,18 @@
-"""JaxFitRun: the one owner of a `fit`'s state on Keras's JAX backend.
+"""FitRun: the owner of a `fit` on Keras's JAX backend.
 
-The tuner's hooks call it as they call `keras_xla.tf_backend.fit_run.FitRun` on
-TensorFlow (the same method names). Data flows one way: batch -> tap ->
-step records with JAX's compile events -> accounting (`core/`) -> epoch
-statistics -> report, verdict -> JSON, TensorBoard (without TensorFlow),
-the summary.
+`keras_xla.fit_owner.FitOwner` holds every hook; this adds what is
+JAX's: the fit's setup, the tap on the step functions and JAX's own
+compile events, the train functions of each candidate (a candidate is a
+train function as well as a model setting), the persistent cache's
+labels from those events, and the HLO checks. Data flows one way: batch
+-> tap -> step records with JAX's compile events -> accounting (`core/`)
+-> epoch statistics -> report, verdict -> JSON, TensorBoard (without
+TensorFlow), the summary.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 import weakref
 from typing import Any
 
@@ -19,11 +21,11 @@ from keras_xla import xla_setting
 from keras_xla.auto import memory as decision_memory
 from keras_xla.auto.model_state import ModelState, configure
 from keras_xla.auto.policy import AUTO, Candidate
-from keras_xla.auto.runner import Decided, Next
-from keras_xla.core import cache_directory, render
+from keras_xla.auto.runner import Decided
+from keras_xla.core import cache_directory
 from keras_xla.core import findings as codes
 from keras_xla.core import report as report_lib
-from keras_xla.core import verdict as verdict_lib
+from keras_xla.core.timing import median_seconds
 from keras_xla.fit_owner import FitOwner
 from keras_xla.jax_backend import baseline as baseline_lib
 from keras_xla.jax_backend import environment, epoch_checks
@@ -43,8 +45,8 @@ _BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 INACTIVE_FIX = "Pass compile_cache a directory you can create."
 
 
-class JaxFitRun(FitOwner):
-    """The state of one `fit` on JAX and what the tuner does with it.
+class FitRun(FitOwner):
+    """The state of one `fit` on JAX (`FitOwner`'s hooks).
 
     Args:
         settings: The tuner's checked arguments.
@@ -209,18 +211,17 @@ class JaxFitRun(FitOwner):
         self._put_functions(found[0])
         self.trial = planned
 
-    def _settle(self, decided: Decided, chosen: Candidate) -> None:
-        """The trial's decision in the report; the model is in `chosen`'s
-        configuration, whose step functions train on."""
-        self.report.decision = decided.decision
-        if decided.skipped is not None:
-            self.book.add(codes.TRIAL_SKIPPED, *decided.skipped)
-        self.report.jit = report_lib.JitInfo(
-            self.settings.jit_compile, chosen.jit, decided.jit_reason()
-        )
-        self.report.environment["policy"] = self.model.dtype_policy.name
+    def _decided(self, chosen: Candidate) -> bool:
         self._put_functions(chosen)
-        self.outputs.decided = True
+        return chosen.jit
+
+    def _measured(self, measured, chosen: Candidate) -> None:
+        self._put_functions(chosen)  # XLA's, as the runner left the model
+
+    def _abandoned(self, runner) -> None:
+        chosen = runner.keep or self._start
+        runner.switch(self.model, chosen)
+        self._put_functions(chosen)
 
     def _built(self, jit: bool, policy: str) -> tuple[Any, Any]:
         """Keras's train and test functions for the model with XLA `jit`
@@ -270,20 +271,8 @@ class JaxFitRun(FitOwner):
         for code, message, fix in found:
             self.book.add(code, message, fix)
 
-    def end(self) -> str | None:
-        """Ends the fit; returns the summary text (None if inactive)."""
-        if not self.active:
-            return None
-        self.active = False
-        try:
-            self.log.close()
-            self._outside("at the end of the fit")
-        finally:
-            self.events.remove()
-            self._leave_model()
-        self.report.verdict = verdict_lib.build(self.report)
-        self.outputs.write()
-        return render.summary(self.report)
+    def _release(self) -> None:
+        self.events.remove()
 
     def _leave_model(self) -> None:
         """The step functions untapped; the user's configuration (XLA,
@@ -301,18 +290,8 @@ class JaxFitRun(FitOwner):
         if self.report.jit is not None:
             self.report.jit.kept = keep
 
-    def interrupted(self) -> None:
-        """The fit raised: the steps so far are accounted, the model put
-        back and the report written."""
-        if not self.active:
-            return
+    def _stop_on_error(self) -> None:
         self.log.wait = False  # a call's batch end may never come
-        try:
-            if self._testing:
-                self.test_end()
-            self.epoch_end(self.accountant.epoch, interrupted=True)
-        finally:
-            self.end()
 
     def _step_failed(self, function: str, error: Exception) -> None:
         """A step function raised inside the fit: the indivisible batch
@@ -331,136 +310,34 @@ class JaxFitRun(FitOwner):
                 (function,),
             )
 
-    # Per step: three clock reads.
+    # Per step.
 
-    def step_begin(self, function: str, batch: int) -> None:
-        now = time.perf_counter()
-        if not self.active:
-            return
-        if function == "train" and self.trial is not None:
-            self.log.close(now)
-            self._trial_step(batch)
-        self.log.begin(function, batch, now)
-
-    def _trial_step(self, batch: int) -> None:
-        """Before a train call in the baseline's or the trial's windows:
-        the runner's schedule (`auto.runner.TrialRunner.before_call`)
-        picks the side; the side's train function goes on the model."""
-        runner = self.trial
-        outcome = runner.before_call(
-            self.model, lambda: self.log.collect("train")
-        )
-        if outcome is Next.DONE:
-            self._finish_trial()
-            return
+    def _put_side(self, runner, switched: bool, batch: int) -> None:
+        """The runner's side trains the call: its train function goes on
+        the model; a no-XLA call is not a steady XLA step."""
         if not runner.active.jit:
             self._no_xla_calls.add((self.accountant.epoch, batch))
         self._put_functions(runner.active)
 
-    def _finish_trial(self, abandoned: bool = False) -> None:
-        """The windows are over (or the fit ended in them): the
-        baseline's section, or the trial's decision; the step functions
-        of XLA (or of the trial's winner) from now on."""
-        runner, self.trial = self.trial, None
-        if abandoned:
-            result = None
-        else:
-            result = runner.finish(self.model, self.log.collect("train"))
-        if isinstance(result, Decided):
-            self._settle(result, runner.active)  # the winner, or fallback
-            return
-        if result is not None:  # the baseline measured: XLA trains on
-            self.report.baseline = result.baseline
-        elif runner.keep is not None:
-            self.report.baseline = report_lib.BaselineSection(
-                reason=baseline_lib.ENDED_REASON
-            )
-        else:
-            self.book.add(
-                codes.TRIAL_SKIPPED,
-                "The fit ended before the XLA trial decided: nothing was "
-                "chosen, and the model is left as you compiled it.",
-                "Let the fit run past the trial's steps.",
-            )
-        chosen = runner.keep or self._start
-        runner.switch(self.model, chosen)
-        self._put_functions(chosen)
-
-    def _end_train_calls(self, interrupted: bool = False) -> None:
-        """Validation or the epoch's end: the baseline ends with the
-        train calls so far unless it spans epochs (`TrialRunner.pause`)."""
-        self.log.close()
-        records = self.log.collect("train")
-        if self.trial is None:
-            return
-        if interrupted:
-            self._finish_trial(abandoned=True)
-            return
-        more = self.accountant.epoch + 1 < self.params.get("epochs", 1)
-        if self.trial.pause(records, more):
-            self._finish_trial()
-
-    def step_end(self, function: str, batch: int) -> None:
-        """A batch-end hook, maybe on Keras's worker thread: the call's
-        results exist (Keras read its logs)."""
-        now = time.perf_counter()
-        if self.active:
-            self.log.complete(function, batch, now)
-
     # Epochs and validation runs.
 
-    def epoch_begin(self, epoch: int) -> None:
-        if self.active:
-            self._outside(f"before epoch {epoch}")
-        self.accountant.start_epoch(epoch)
-        self._epoch_open = True
+    def _epoch_begins(self, epoch: int) -> None:
         self._epoch_cache = [0, 0]
 
-    def _outside(self, when: str) -> None:
-        found = self.log.drain()
-        for entry in found:
-            entry["found"] = when
-        self.report.outside_compilations.extend(found)
-
-    def test_begin(self) -> None:
-        if self.active:
-            self._testing = True
-            self._end_train_calls()
-
-    def test_end(self) -> None:
-        self._testing = False
-        if not self.active:
-            return
-        records = self.log.take("test")
+    def _taken(self, records, epoch: int | None = None) -> None:
         self._tally_cache(records)
-        train_so_far = self.log.collect("train")
-        self.accountant.finish_run("test", records, train_so_far)
+        if epoch is None:
+            return
+        no_xla = {step for e, step in self._no_xla_calls if e == epoch}
+        for record in records:
+            record.warmup = record.warmup or record.first_step in no_xla
+
+    def _xla_trains(self) -> bool:
+        return bool(self.report.jit and self.report.jit.enabled)
 
     def _tally_cache(self, records) -> None:
         self._epoch_cache[0] += sum(r.cache_hits for r in records)
         self._epoch_cache[1] += sum(len(r.new) for r in records)
-
-    def epoch_end(
-        self, epoch: int, interrupted: bool = False
-    ) -> dict[str, float] | None:
-        """Closes the open epoch, once: its stats, checks and outputs.
-        Returns the epoch's `xla/*` figures, or None."""
-        if not self.active or not self._epoch_open:
-            return None
-        self._end_train_calls(interrupted)
-        records = self.log.take("train")
-        self._epoch_open = False
-        if interrupted and not records:
-            return None
-        self._tally_cache(records)
-        no_xla = {step for e, step in self._no_xla_calls if e == epoch}
-        for record in records:
-            record.warmup = record.warmup or record.first_step in no_xla
-        if self.trial is not None:  # it goes on in the next epoch
-            self.trial.new_epoch()
-        stats = self.accountant.finish_epoch(records)
-        stats.jit_compile = bool(self.report.jit and self.report.jit.enabled)
-        return self._close_epoch(stats, records, interrupted)
 
     def _label_cache(self, stats, records) -> None:
         section = self.report.compile_cache
@@ -475,14 +352,10 @@ class JaxFitRun(FitOwner):
                 compilation.cache = "miss"
         hit_s = [r.hit_seconds / r.cache_hits for r in records if r.cache_hits]
         if hit_s:
-            section.hit_median_seconds = round(
-                sorted(hit_s)[len(hit_s) // 2], 4
-            )
+            section.hit_median_seconds = median_seconds(hit_s)
         compiled = [c.compile_seconds for c in self.report.compile_log]
         if compiled:
-            section.miss_median_seconds = round(
-                sorted(compiled)[len(compiled) // 2], 4
-            )
+            section.miss_median_seconds = median_seconds(compiled)
 
     def _check(self, stats, records) -> None:
         """The epoch's checks (`epoch_checks`): the HLO analysis once per
@@ -516,4 +389,4 @@ class JaxFitRun(FitOwner):
                 "went on.",
                 ("tap",),
             )
-        self.report.verdict = verdict_lib.build(self.report)
+        super()._conclude(stats, records)

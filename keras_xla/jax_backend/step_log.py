@@ -117,10 +117,13 @@ class JaxStepLog:
     def close(self, now: float | None = None) -> None:
         self.timer.close(now)
 
-    def collect(self, function: str) -> list[StepRecord]:
+    def collect(
+        self, function: str, next_step: int | None = None
+    ) -> list[StepRecord]:
         """Turns `function`'s pending calls into records (after their
         results exist, unless `wait` was turned off); returns all of its
-        records so far."""
+        records so far. (`next_step` is TensorFlow's probe's; the tap
+        reads each call's batches itself.)"""
         timed = self.timer.flush(function, wait=self.wait)
         calls = self.tap.take(function)
         records = []
@@ -180,9 +183,10 @@ class JaxStepLog:
             record.previous[j, 0] = before
             record.measured_compile_seconds.append(event.seconds)
 
-    def drain(self) -> list[dict]:
+    def drain(self, when: str) -> list[dict]:
         """Calls of the step functions outside the fit's steps (a
-        callback's `evaluate`): their compilations, as report entries."""
+        callback's `evaluate`): their compilations, found `when`, as
+        report entries."""
         found = []
         for call in self.tap.take_outside():
             tracker = self.trackers.of(call.source)
@@ -205,7 +209,7 @@ class JaxStepLog:
                         "compile_seconds": round(
                             sum(e.seconds for e in compiled), 4
                         ),
-                        "found": "outside the fit's steps",
+                        "found": when,
                     }
                 )
         return found

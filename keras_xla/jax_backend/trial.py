@@ -8,10 +8,11 @@ candidates (on JAX's devices), an `auto.trial.Trial` sized by
 `Trial.decide()`. What differs is what a candidate is: on JAX a train
 function as well as a model setting. `JaxRunner.switch` puts the model
 in the candidate's precision (its layers' policies: a jitted step reads
-them when it traces); the owner, `JaxFitRun`, puts the candidate's train
-function on the model (Keras's jitted one, or its no-jit one, built for
-that precision). What the trial leaves behind is `JaxTrialRunner.settle`'s:
-the winner, or the fit's own configuration when it could not decide.
+them when it traces); the owner, `jax_backend.fit_run.FitRun`, puts
+the candidate's train function on the model (Keras's jitted one, or
+its no-jit one, built for that precision). What the trial leaves
+behind is `JaxTrialRunner.settle`'s: the winner, or the fit's own
+configuration when it could not decide.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ class JaxTrialRunner(JaxRunner):
             self.switch(model, self.fallback)
             return runner_lib.skipped(decision, *skipped)
         self.switch(model, winner)
-        return Decided(decision)  # JaxFitRun keeps no state across fits
+        return Decided(decision)  # the JAX owner keeps no state across fits
 
 
 def candidates(

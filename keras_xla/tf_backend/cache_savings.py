@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 
 from keras_xla.core import cache_home, json_files
 from keras_xla.core.report import CompileCacheSection
+from keras_xla.core.timing import median_seconds
 from keras_xla.tf_backend import cache_entries as entries_lib
 from keras_xla.tf_backend.compile_cache import cache_entries
 
@@ -84,8 +84,8 @@ def record_compile_times(directory: str, compile_log) -> dict:
     ] or list(fresh.values())
     return {
         "seconds_saved": round(saved, 3),
-        "miss_median_seconds": _median(miss_times),
-        "hit_median_seconds": _median([c.compile_seconds for c in hits]),
+        "miss_median_seconds": median_seconds(miss_times),
+        "hit_median_seconds": median_seconds([c.compile_seconds for c in hits]),
     }
 
 
@@ -93,10 +93,6 @@ def _signature_key(compilation) -> str:
     return json.dumps(
         [compilation.function, compilation.shapes], sort_keys=True
     )
-
-
-def _median(values) -> float | None:
-    return round(statistics.median(values), 4) if values else None
 
 
 def label_stats(report, stats, before: dict[str, float], status) -> str | None:

@@ -1,10 +1,10 @@
-"""FitRun: the one owner of a `fit`'s state under XLATuner.
+"""FitRun: the owner of a `fit` on Keras's TensorFlow backend.
 
-The callback's hooks call a `FitRun`; it alone holds whether XLA is on,
-the step functions, the step log, the trial, the profile window and the
-report. The pieces it uses take values and return results (records,
-statistics, a trial's result, report sections, findings); the owner
-applies them. What the fit borrows of the model is its `ModelLease`.
+`keras_xla.fit_owner.FitOwner` holds every hook; this adds what is
+TensorFlow's: the fit's setup (`fit_setup`), the probed step functions
+(one per configuration, guarded against ops without an XLA kernel),
+auto-clustering, the profile window, the mirrored compile cache's labels,
+the HLO checks, and what the fit borrows of the model (`ModelLease`).
 Data flows one way: batch -> probe -> step records -> accounting ->
 epoch statistics -> report -> summaries.
 """
@@ -12,7 +12,6 @@ epoch statistics -> report -> summaries.
 from __future__ import annotations
 
 import logging
-import time
 import weakref
 from typing import Any
 
@@ -21,9 +20,6 @@ from keras_xla.auto import runner as auto_runner
 from keras_xla.auto.model_state import ModelState
 from keras_xla.auto.policy import AUTO
 from keras_xla.core import findings as codes
-from keras_xla.core import render
-from keras_xla.core import report as report_lib
-from keras_xla.core import verdict as verdict_lib
 from keras_xla.fit_owner import FitOwner
 from keras_xla.settings import Settings
 from keras_xla.tf_backend import (
@@ -49,7 +45,7 @@ logger = logging.getLogger(__name__)
 
 
 class FitRun(FitOwner):
-    """The state of one `fit` and what the tuner does with it.
+    """The state of one `fit` on TensorFlow (`FitOwner`'s hooks).
 
     Args:
         settings: The tuner's checked arguments.
@@ -109,22 +105,23 @@ class FitRun(FitOwner):
         if self.functions is not None:
             self._prepare_functions()
         cache = s.cache_status
+        run = weakref.ref(self)  # the model must not keep the fit alive
         self.log = StepLog(
             spe,
             self.functions,
             compile_ledger.status().directory,
             stamp_calls=bool(cache and cache.active and cache.live),
+            counting=lambda: run() and run().counting,
         )
         self.active = True
-        run = weakref.ref(self)  # the model must not keep the fit alive
         self.lease.watch(lambda: run() and run().interrupted())
-        self._drain("before the fit")
+        self._outside("before the fit")
 
     def _forget_plain_steps(self) -> None:
         """Steps the model's no-XLA step functions ran since the last fit
         (the user's `evaluate`, `predict` or `fit` on the functions it was
         left with) compiled nothing: their probe's records are dropped, so
-        `_drain` does not report them as XLA's compilations."""
+        `_outside` does not report them as XLA's compilations."""
         for function in FUNCTIONS:
             variant = self.functions.active(function)
             on_model = getattr(self.model, f"{function}_function", None)
@@ -182,23 +179,6 @@ class FitRun(FitOwner):
             fn = self._guard(function, fn)
         run = weakref.ref(self)  # the model must not keep the fit alive
         return on_error(fn, lambda: run() and run().interrupted())
-
-    def interrupted(self) -> None:
-        """The fit raised (KeyboardInterrupt, another callback, the data,
-        Keras between the hooks): the profiler stops, the steps trained so
-        far are accounted (an epoch already closed is not closed again),
-        the model is left as the user compiled it, and the report is
-        written, as at a train end that Keras will not call."""
-        if not self.active:
-            return
-        try:
-            if self.profile is not None:
-                self.profile.abort()
-            if self._testing:
-                self.test_end()
-            self.epoch_end(self.accountant.epoch, interrupted=True)
-        finally:
-            self.end()
 
     # Unsupported ops.
 
@@ -258,19 +238,12 @@ class FitRun(FitOwner):
         if isinstance(outcome, auto_runner.TrialRunner):
             self.trial = outcome
         else:
-            self._settle(outcome)
+            self._settle(outcome, None)
 
-    def _trial_step(self, batch: int) -> None:
-        outcome = self.trial.before_call(
-            self.model,
-            lambda: self.log.collect("train", self.counting, batch),
-        )
-        if outcome is auto_runner.Next.DONE:
-            self._finish_trial()
-        elif outcome is auto_runner.Next.SWITCHED:
+    def _put_side(self, runner, switched: bool, batch: int) -> None:
+        if switched:
             self._prepare_functions(("train",))
-        runner = self.trial
-        if runner and runner.unknown_length and not runner.active.jit:
+        if runner.unknown_length and not runner.active.jit:
             self._count_before = step_count(self.model)
 
     def _give_back_step_count(self) -> None:
@@ -289,53 +262,30 @@ class FitRun(FitOwner):
             logger.info("Gave back the end-of-data call's optimizer step.")
 
     def _finish_trial(self) -> None:
-        runner, self.trial = self.trial, None
-        records = self.log.collect("train", self.counting)
-        self._settle(runner.finish(self.model, records))
+        super()._finish_trial()
         self._prepare_functions()
 
-    def _settle(
-        self, settlement: auto_runner.Decided | auto_runner.Measured
-    ) -> None:
-        model = self.model
-        if isinstance(settlement, auto_runner.Measured):
-            self.report.baseline = settlement.baseline
-            graph = settlement.baseline.trace_seconds
-            self.accountant.graph_seconds = graph or 0.0
-            return
-        self.report.decision = settlement.decision
-        if settlement.skipped is not None:
-            self.book.add(codes.TRIAL_SKIPPED, *settlement.skipped)
-        if settlement.kept is not None:
-            self.trial_result = (model, settlement.kept, settlement.decision)
-        self.report.jit = report_lib.JitInfo(
-            self.settings.jit_compile, self.jit_on, settlement.jit_reason()
-        )
+    def _decided(self, chosen) -> bool:
+        return self.jit_on  # the runner put the model in `chosen`'s
+
+    def _jit_settled(self) -> None:
         self._settle_clustering()  # the winner's mode (set_jit may change)
-        self.report.environment["policy"] = model.dtype_policy.name
-        self.outputs.decided = True
 
-    # Per step: two clock reads; the probe is read once per run.
+    def _measured(self, measured, chosen) -> None:
+        graph = measured.baseline.trace_seconds
+        self.accountant.graph_seconds = graph or 0.0
 
-    def step_begin(self, function: str, batch: int) -> None:
-        now = time.perf_counter()
-        if not self.active:
-            return
-        if self.trial is not None and function == "train":
-            self.log.close(self.counting, now)
-            self._trial_step(batch)
+    def _abandoned(self, runner) -> None:
+        logging.getLogger("tensorflow").removeFilter(auto_runner.RETRACE_FILTER)
+
+    # Per step.
+
+    def _call_begins(self, function: str, now: float) -> None:
         if self.profile is not None and function == "train":
             self.profile.before_call(self.log.timer.clock_offset + now)
-        self.log.begin(function, batch, now, self.counting)
 
-    def step_end(self, function: str, batch: int) -> None:
-        """A call's batch-end hook: its results exist (Keras read its
-        logs). What follows, Keras's end of the data and of the epoch,
-        is not the step's."""
-        now = time.perf_counter()
-        if self.active:
-            self.log.complete(function, batch, now)
-            self._count_before = None  # the call trained: it ended
+    def _call_ended(self) -> None:
+        self._count_before = None  # the call trained: it ended
 
     # Epochs and validation runs.
 
@@ -355,94 +305,20 @@ class FitRun(FitOwner):
             self.trial.trial.epoch = epoch
             self._prepare_functions()
 
-    def _drain(self, when: str) -> None:
-        """Steps run outside the fit's own calls: set aside, reported."""
-        found = self.log.drain(when, self.counting)
-        self.report.outside_compilations.extend(found)
-
-    def epoch_begin(self, epoch: int) -> None:
-        if self.active:
-            self._drain(f"before epoch {epoch}")
-            self._start_deferred_baseline(epoch)
-        self.accountant.start_epoch(epoch)
-        self._epoch_open = True
+    def _epoch_begins(self, epoch: int) -> None:
+        self._start_deferred_baseline(epoch)
         status = self.settings.cache_status
         if status is not None:
             live = status.live_directory
             self._cache_before = cache_lib.cache_entries(live)
 
-    def test_begin(self) -> None:
-        if self.active:
-            self._testing = True
-            self._end_train_calls()
-            epoch = self.accountant.epoch
-            self._drain(f"before validation of epoch {epoch}")
-
-    def _end_train_calls(self, interrupted: bool = False) -> None:
-        """Validation or the epoch's end: the train calls so far are
-        collected; the trial ends with them unless it spans epochs (an
-        interrupted fit's trial ends undecided)."""
+    def _train_calls_end(self, interrupted: bool) -> None:
         if interrupted:
             self._count_before = None  # a failed call: left as it is
         self._give_back_step_count()
-        self.log.close(self.counting)
-        records = self.log.collect("train", self.counting)
-        if interrupted:
-            self._abandon_trial()
-            return
-        more = self.accountant.epoch + 1 < self.params.get("epochs", 1)
-        if self.trial is not None and self.trial.pause(records, more):
-            self._finish_trial()
 
-    def _abandon_trial(self) -> auto_runner.TrialRunner | None:
-        """The fit ended before the trial (or the baseline window) ended:
-        nothing was chosen (nothing measured); returns the runner."""
-        runner, self.trial = self.trial, None
-        if runner is None:
-            return None
-        logging.getLogger("tensorflow").removeFilter(auto_runner.RETRACE_FILTER)
-        if runner.keep is not None:
-            self.report.baseline = report_lib.BaselineSection(
-                reason="the fit ended during the no-XLA baseline window"
-            )
-        else:
-            self.book.add(
-                codes.TRIAL_SKIPPED,
-                "The fit ended before the XLA/precision trial decided: "
-                "nothing was chosen, and the model is left as you "
-                "compiled it.",
-                "Let the fit run past the trial's steps.",
-            )
-        return runner
-
-    def test_end(self) -> None:
-        self._testing = False
-        if not self.active:
-            return
-        records = self.log.take("test", self.counting)
-        train_so_far = self.log.collect("train", self.counting)
-        self.accountant.finish_run("test", records, train_so_far)
-
-    def epoch_end(
-        self, epoch: int, interrupted: bool = False
-    ) -> dict[str, float] | None:
-        """Closes the open epoch, once: its stats, checks and outputs. An
-        `interrupted` epoch that trained no step is not listed, and gets
-        no checks (its steps are all that is reported). Returns the
-        epoch's `xla/*` figures (TensorBoard's epoch scalars), or None."""
-        if not self.active or not self._epoch_open:
-            return None
-        self._end_train_calls(interrupted)
-        records = self.log.take("train", self.counting)
-        if interrupted and not records:
-            self._epoch_open = False
-            return None
-        if self.trial is not None:  # it goes on in the next epoch
-            self.trial.new_epoch()
-        stats = self.accountant.finish_epoch(records)
-        self._epoch_open = False
-        stats.jit_compile = bool(self.jit_on)
-        return self._close_epoch(stats, records, interrupted)
+    def _xla_trains(self) -> bool:
+        return bool(self.jit_on)
 
     def _label_cache(self, stats, records) -> None:
         status = self.settings.cache_status
@@ -491,27 +367,20 @@ class FitRun(FitOwner):
             clustering.ops_in_clusters, clustering.step_ops = inside, total
         if self.profile is not None:
             self.profile.count()
-        self.report.verdict = verdict_lib.build(self.report)
+        super()._conclude(stats, records)
 
-    def end(self) -> str | None:
-        """Ends the fit; returns the summary text (None if inactive)."""
-        if not self.active:
-            return None
-        self.active = False
-        try:
-            self.log.close(self.counting)
-        finally:
-            # Whatever failed above, the profiler stops and the model is
-            # put back.
-            if self.profile is not None:
-                self.profile.finish()
-            self.lease.unwatch()
-            if self.functions is not None:
-                self.functions.unwrap(self.model)
-            self._leave_model()
-        self.report.verdict = verdict_lib.build(self.report)
-        self.outputs.write()
-        return render.summary(self.report)
+    # The fit's end.
+
+    def _stop_on_error(self) -> None:
+        if self.profile is not None:
+            self.profile.abort()
+
+    def _release(self) -> None:
+        if self.profile is not None:
+            self.profile.finish()
+        self.lease.unwatch()
+        if self.functions is not None:
+            self.functions.unwrap(self.model)
 
     def _leave_model(self) -> None:
         """Puts back what the tuner switched for the fit (`jit_compile`,

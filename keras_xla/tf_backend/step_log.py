@@ -12,6 +12,7 @@ owner takes a run's worth.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from keras_xla.core.accounting import (
     detect_cluster_compilations,
@@ -39,6 +40,11 @@ class StepLog:
         steps_per_call: `steps_per_execution`.
         functions: The model's probed step functions, or None (a plain
             model under a multi-replica strategy: timed, not probed).
+        ledger: The compile ledger's directory, or None.
+        stamp_calls: Whether the ledger's entries are dated call by call.
+        counting: What counts as a compilation now (`JIT`, `CLUSTERS` or
+            None), asked as calls are collected: the owner's XLA setting
+            may change within a fit (the trial, a fallback).
     """
 
     def __init__(
@@ -47,8 +53,10 @@ class StepLog:
         functions: StepFunctions | None,
         ledger: str | None = None,
         stamp_calls: bool = False,
+        counting: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.functions = functions
+        self.counting = counting
         self.ledger = ledger
         # Date the ledger's entries call by call (a mirrored compile
         # cache labels each compilation a hit or a miss by them; auto-
@@ -71,18 +79,16 @@ class StepLog:
         self.timer = StepTimer(steps_per_call, capacity)
         self.records: dict[str, list[StepRecord]] = {"train": [], "test": []}
 
-    def begin(
-        self, function: str, batch: int, now: float, counting: str | None
-    ) -> None:
+    def begin(self, function: str, batch: int, now: float) -> None:
         """A call of `function` at step `batch` begins (`now`: the clock
         read at the start of the hook)."""
-        self._counting = counting
+        self._counting = counting = self.counting()
         if not self.timer.in_call:
             # New entries were written outside the fit's calls: dated
             # before this one, out of its window. (A call's own entries
             # were dated at its batch-end hook, `complete`.)
             self._stamp_ledger(now, -BEFORE_CALL_SECONDS, counting)
-        self._collect_full(self.timer.begin(function, batch, now), counting)
+        self._collect_full(self.timer.begin(function, batch, now))
 
     def complete(self, function: str, step: int, now: float) -> None:
         """The batch-end hook of `function`'s call that ran `step` ran at
@@ -91,12 +97,12 @@ class StepLog:
         self._stamp_ledger(now, 0.0, self._counting)
         self.timer.complete(function, step, now)
 
-    def close(self, counting: str | None, now: float | None = None) -> None:
+    def close(self, now: float | None = None) -> None:
         """The open call ends."""
         in_call = self.timer.in_call
         shift = 0.0 if in_call else -BEFORE_CALL_SECONDS
-        self._stamp_ledger(now, shift, counting)
-        self._collect_full(self.timer.close(now), counting)
+        self._stamp_ledger(now, shift, self.counting())
+        self._collect_full(self.timer.close(now))
 
     def _stamp_ledger(
         self, now: float | None, shift: float, counting: str | None
@@ -111,10 +117,12 @@ class StepLog:
             compile_ledger.stamp(self.timer.clock_offset + now + shift)
 
     def collect(
-        self, function: str, counting: str | None, next_step: int | None = None
+        self, function: str, next_step: int | None = None
     ) -> list[StepRecord]:
-        """Turns `function`'s pending calls into records; returns all of
-        its records so far."""
+        """Turns `function`'s pending calls into records (the step after
+        them is `next_step`, where known); returns all of its records so
+        far."""
+        counting = self.counting()
         if self.ledger is not None:
             compile_ledger.stamp()  # entries of the calls collected now
         records = self.timer.flush(function)
@@ -167,12 +175,12 @@ class StepLog:
         ops = self._cluster_ops.get(function, set())
         return autoclustering.covered(frozenset(step_ops), ops), len(step_ops)
 
-    def drain(self, when: str, counting: str | None) -> list[dict]:
+    def drain(self, when: str) -> list[dict]:
         """Reads the steps the functions ran outside this log's calls (an
         `evaluate()` between fits, or a callback's own), so they are not
         booked to the next run; returns the signatures they compiled (new
         to the function's tracker), found `when`, as report entries."""
-        found = []
+        found, counting = [], self.counting()
         for function in ("train", "test"):
             variant = (
                 self.functions.active(function) if self.functions else None
@@ -198,13 +206,13 @@ class StepLog:
                         )
         return found
 
-    def take(self, function: str, counting: str | None) -> list[StepRecord]:
+    def take(self, function: str) -> list[StepRecord]:
         """Closes and collects `function`, and hands over its records."""
-        self.close(counting)
-        self.collect(function, counting)
+        self.close()
+        self.collect(function)
         records, self.records[function] = self.records[function], []
         return records
 
-    def _collect_full(self, full: tuple[str, int] | None, counting) -> None:
+    def _collect_full(self, full: tuple[str, int] | None) -> None:
         if full is not None:
-            self.collect(full[0], counting, next_step=full[1])
+            self.collect(full[0], next_step=full[1])
