@@ -45,22 +45,17 @@ class XLATuner(keras.callbacks.Callback):
     in the same run, by how much, and the next step worth the most seconds.
 
     Logged metrics (TensorBoard scalars in `<log_dir>/train`, one point per
-    epoch, step = epoch): `xla/compilations` (train and validation, first
-    ones included), `xla/compile_seconds` (estimated), `xla/recompilations`
-    (after each function's first), `xla/step_time_ms_median` and
-    `xla/step_time_ms_p90` (train steps that did not compile),
-    `xla/examples_per_second` (over those steps) and `xla/jit_compile` (1
-    when XLA is on at the epoch's end); after the HLO analysis
-    `xla/fusion_ratio`, `xla/kernels_per_step` and `xla/achieved_tflops`;
-    with `compile_cache`, `xla/compile_cache_hits` and
-    `xla/compile_cache_misses`. One point per train call (step = global
-    train step, written at epoch end): `xla/step_time_ms`. Text:
-    `xla/findings` (a Markdown table) and `xla/verdict`, each when it
-    changed, and, after a trial, `xla/decision`; the report itself as
-    `xla/report` (JSON, one per epoch) for TensorBoard's "XLA" tab
-    (`keras_xla.dashboard`). The epoch scalars also
-    go into Keras's `logs` (`add_to_logs`): `History.history[
-    "xla/compilations"]`, a `CSVLogger` column.
+    epoch, step = epoch): the figures of `keras_xla.core.figures.FIGURES`
+    (compilations, recompilations, compile seconds, step times,
+    throughput, XLA on or off; the HLO's and the compile cache's when
+    there are; the README's TensorBoard table lists each tag). One point
+    per train call (step = global train step, written at epoch end):
+    `xla/step_time_ms`. Text: `xla/findings` (a Markdown table) and
+    `xla/verdict`, each when it changed, and, after a trial,
+    `xla/decision`; the report itself as `xla/report` (JSON, one per
+    epoch) for TensorBoard's "XLA" tab (`keras_xla.dashboard`). The epoch
+    scalars also go into Keras's `logs` (`add_to_logs`):
+    `History.history["xla/compilations"]`, a `CSVLogger` column.
 
     Finding codes (all defined in `keras_xla.core.findings.CODES`):
     recompilation causes `partial-last-batch`, `batch-size-change`,
@@ -135,8 +130,9 @@ class XLATuner(keras.callbacks.Callback):
             for it instead (and writes HLO text); `False` skips it.
             Defaults to `True`.
         peak_flops: Peak FLOP/s for the utilization figure. `None` uses
-            the peak measured earlier on this machine (`keras-xla doctor`
-            measures and keeps it), else leaves utilization out;
+            the peak measured earlier on this machine for this backend
+            (`keras-xla doctor` on TensorFlow, or an earlier
+            `"measure"`, keeps it), else leaves utilization out;
             `"measure"` measures it now with a short matmul probe (one
             small compilation, kept on disk). Defaults to `None`.
         profile_steps: `(start, stop)` global train steps to trace into

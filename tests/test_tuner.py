@@ -269,6 +269,9 @@ def test_history_and_csv_logger_see_the_epoch_figures(tmp_path):
     )
     counts = [e.compilations for e in tuner.report.epochs]
     assert counts == [2, 0]
+    # Every figure TensorFlow measures, as on TensorBoard, and no other.
+    figures = {k for k in history.history if k.startswith("xla/")}
+    assert figures == set(SCALAR_TAGS)
     assert history.history["xla/compilations"] == counts
     assert history.history["xla/recompilations"] == [1, 0]
     with open(csv_path) as f:

@@ -13,47 +13,39 @@ import math
 import statistics
 from collections.abc import Sequence
 
+from keras_xla.core import figures
 from keras_xla.core.render import format_table, number
 from keras_xla.core.report import XLAReport
 
 # Comparison rows: key, label, which way is better (+1 higher, -1 lower,
-# 0 neither), digits (None: an integer).
+# 0 neither), digits (None: an integer). Between the run's size and its
+# verdict, the figures of `core.figures` that compare.
 COMPARED = (
     ("epochs", "epochs", 0, None),
     ("steps", "train steps", 0, None),
-    ("compilations", "compilations", -1, None),
-    ("recompilations", "recompilations", -1, None),
-    ("compile_seconds", "compile seconds", -1, 2),
-    ("median_step_ms", "median step ms", -1, 2),
-    ("examples_per_second", "examples/s (steady)", +1, 1),
-    ("examples_per_second_overall", "examples/s incl. compile", +1, 1),
+    *((f.key, f.label or f.key, f.better, f.digits) for f in figures.COMPARED),
     ("speedup", "verdict: XLA speedup", 0, 2),
 )
 
 
 def run_totals(report: XLAReport) -> dict[str, float | None]:
-    """Per-run totals; step time and examples/s are medians over epochs."""
+    """Per-run totals: each compared figure summed or the median over
+    epochs (`Figure.across`)."""
 
     def median(values):
         values = [v for v in values if v is not None]
         return statistics.median(values) if values else None
 
     epochs = report.epochs
-    return {
-        "epochs": len(epochs),
-        "steps": sum(e.steps for e in epochs),
-        "compilations": report.total_compilations,
-        "recompilations": sum(e.recompilations for e in epochs),
-        "compile_seconds": report.total_compile_seconds,
-        "median_step_ms": median(
-            (e.step_time_ms or {}).get("median") for e in epochs
-        ),
-        "examples_per_second": median(e.examples_per_second for e in epochs),
-        "examples_per_second_overall": median(
-            e.examples_per_second_overall for e in epochs
-        ),
-        "speedup": report.verdict.speedup if report.verdict else None,
-    }
+    totals = {"epochs": len(epochs), "steps": sum(e.steps for e in epochs)}
+    for f in figures.COMPARED:
+        values = [f.value(e) for e in epochs]
+        if f.across == "sum":
+            totals[f.key] = sum(v or 0 for v in values)
+        else:
+            totals[f.key] = median(values)
+    totals["speedup"] = report.verdict.speedup if report.verdict else None
+    return totals
 
 
 def compare(first: XLAReport, second: XLAReport, labels=("A", "B")) -> dict:
@@ -89,8 +81,8 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def _conclude(rows: dict, labels) -> str:
-    steady = rows["examples_per_second"]
-    overall = rows["examples_per_second_overall"]
+    steady = rows[figures.THROUGHPUT.key]
+    overall = rows[figures.THROUGHPUT_OVERALL.key]
     if steady["ratio"] is None or steady["ratio"] <= 0:
         # No throughput in one run (or none that means anything): no
         # run is "faster" by a ratio.
@@ -101,7 +93,7 @@ def _conclude(rows: dict, labels) -> str:
     if overall["ratio"] and overall["ratio"] > 0:
         o = overall["ratio"] if faster == labels[1] else 1 / overall["ratio"]
         text += f", {o:.2f}x including compile time"
-    a, b = rows["compilations"]["values"]
+    a, b = rows[figures.COMPILATIONS.key]["values"]
     if a != b:
         text += f"; compilations {a} vs {b}"
     return text + "."

@@ -22,6 +22,8 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from keras_xla.core import figures
+
 if TYPE_CHECKING:  # render reads a report; it never builds one
     from keras_xla.core.report import (
         Decision,
@@ -31,16 +33,8 @@ if TYPE_CHECKING:  # render reads a report; it never builds one
         XLAReport,
     )
 
-EPOCH_HEADER = (
-    "epoch",
-    "steps",
-    "compiles",
-    "recompiles",
-    "compile s",
-    "median ms",
-    "p90 ms",
-    "ex/s",
-)
+# The epoch table: each epoch's figures (`core.figures.COLUMNS`).
+EPOCH_HEADER = ("epoch", "steps", *(f.column for f in figures.COLUMNS))
 RECOMPILATION_HEADER = tuple(
     "function|epoch|step|input|dim|before -> after|cause|seconds".split("|")
 )
@@ -127,36 +121,23 @@ def format_table(rows: list[tuple[str, ...]]) -> list[str]:
 
 
 def epoch_row(e: EpochStats) -> tuple[str, ...]:
-    counts = (e.epoch, e.steps, e.compilations, e.recompilations)
-    step_ms = e.step_time_ms or {}
-    times = (e.compile_seconds, *map(step_ms.get, ("median", "p90")))
-    return (
-        *map(str, counts),
-        *map(number, times),
-        number(e.examples_per_second, 1),
-    )
+    cells = (figures.cell(f, f.value(e)) for f in figures.COLUMNS)
+    return (str(e.epoch), str(e.steps), *cells)
 
 
 def epoch_table(report: XLAReport, totals: bool = False) -> list[str]:
-    """One row per epoch; with `totals`, a last row of run totals."""
+    """One row per epoch; with `totals`, a last row of run totals (the
+    figures that add up over epochs)."""
     rows = [EPOCH_HEADER, *map(epoch_row, report.epochs)]
     if totals:
         epochs = report.epochs
-        counts = (
-            sum(e.steps for e in epochs),
-            report.total_compilations,
-            sum(e.recompilations for e in epochs),
+        sums = (
+            figures.cell(f, sum(f.value(e) or 0 for e in epochs))
+            if f.across == "sum"
+            else ""
+            for f in figures.COLUMNS
         )
-        rows.append(
-            (
-                "total",
-                *map(str, counts),
-                number(report.total_compile_seconds),
-                "",
-                "",
-                "",
-            )
-        )
+        rows.append(("total", str(sum(e.steps for e in epochs)), *sums))
     return format_table(rows)
 
 

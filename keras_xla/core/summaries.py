@@ -18,20 +18,22 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from keras_xla.core import render
+from keras_xla.core import figures, render
 
-# Scalar tags, one point per epoch.
-SCALAR_TAGS = (
-    "xla/compilations",
-    "xla/compile_seconds",
-    "xla/recompilations",
-    "xla/step_time_ms_median",
-    "xla/step_time_ms_p90",
-    "xla/examples_per_second",
-    "xla/jit_compile",
+# Scalar tags, one point per epoch: the figures of `core.figures`, by
+# when they are written.
+SCALAR_TAGS = tuple(
+    f.tag for f in figures.FIGURES if f.tag and f.when == figures.EVERY_EPOCH
 )
-HLO_TAGS = ("xla/fusion_ratio", "xla/kernels_per_step", "xla/achieved_tflops")
-CACHE_TAGS = ("xla/compile_cache_hits", "xla/compile_cache_misses")
+HLO_TAGS = tuple(
+    f.tag for f in figures.FIGURES if f.tag and f.when == figures.AFTER_HLO
+)
+CACHE_TAGS = tuple(
+    f.tag for f in figures.FIGURES if f.tag and f.when == figures.WITH_CACHE
+)
+APART_TAGS = tuple(
+    f.tag for f in figures.FIGURES if f.tag and f.when == figures.APART
+)
 FINDINGS_TAG = "xla/findings"
 DECISION_TAG = "xla/decision"
 VERDICT_TAG = "xla/verdict"
@@ -47,38 +49,10 @@ TRAIN_RUN = "train"
 
 
 def epoch_scalars(stats, hlo: dict | None = None) -> dict[str, float]:
-    """The scalars of one epoch (an `EpochStats`): the `SCALAR_TAGS`, plus
-    the `HLO_TAGS` once the HLO was analyzed (`hlo`, the report's section)
-    and the `CACHE_TAGS` when the compile cache is on."""
-    median_ms = stats.step_time_ms["median"]
-    scalars = {
-        "xla/compilations": stats.compilations,
-        "xla/compile_seconds": stats.compile_seconds,
-        "xla/recompilations": stats.recompilations,
-        "xla/step_time_ms_median": median_ms,
-        "xla/step_time_ms_p90": stats.step_time_ms["p90"],
-        "xla/examples_per_second": stats.examples_per_second or 0.0,
-        "xla/jit_compile": 1.0 if stats.jit_compile else 0.0,
-    }
-    if hlo:
-        scalars["xla/fusion_ratio"] = hlo["fusion_ratio"]
-        scalars["xla/kernels_per_step"] = hlo["kernels_per_step"]
-        scalars["xla/achieved_tflops"] = (
-            hlo["flops_per_step"] / (median_ms / 1000.0) / 1e12
-            if median_ms
-            else None
-        )
-    if stats.compile_cache_hits is not None:
-        scalars["xla/compile_cache_hits"] = stats.compile_cache_hits
-        scalars["xla/compile_cache_misses"] = stats.compile_cache_misses
-    return scalars
-
-
-def epoch_figures(stats, hlo: dict | None = None) -> dict[str, float]:
-    """The epoch's `xla/*` figures for Keras's `logs`: `epoch_scalars`
-    that have a value."""
-    figures = epoch_scalars(stats, hlo)
-    return {tag: value for tag, value in figures.items() if value is not None}
+    """The scalars of one epoch (an `EpochStats`; `hlo`, the report's
+    section): each registered figure that has a value
+    (`figures.scalars`). They also go into Keras's `logs`."""
+    return figures.scalars(stats, hlo)
 
 
 class EventWriter:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from keras_xla.core import compare, reading
+from keras_xla.core import compare, figures, reading
 from keras_xla.core.report import XLAReport
 from keras_xla.core.signatures import FINDING_CODES
 
@@ -197,6 +197,19 @@ def xla_figures(report: XLAReport) -> dict:
     }
 
 
+def epoch_table(report: XLAReport) -> dict:
+    """The epoch table, as the summary's (`core.figures.COLUMNS`):
+    columns as `[header, digits]` (None: an integer) and one row of
+    values per epoch."""
+    columns = [["epoch", None], ["steps", None]]
+    columns += [[f.column, f.digits] for f in figures.COLUMNS]
+    rows = [
+        [e.epoch, e.steps, *(f.value(e) for f in figures.COLUMNS)]
+        for e in report.epochs
+    ]
+    return {"columns": columns, "rows": rows}
+
+
 def run_view(run: str, report: XLAReport, step_times: list) -> dict:
     """Everything the tab shows for one run: the verdict, the epochs,
     the step-time series (`[[global step, ms], ...]`) with a marker per
@@ -207,6 +220,7 @@ def run_view(run: str, report: XLAReport, step_times: list) -> dict:
             "run": run,
             "verdict": data["verdict"],
             "epochs": data["epochs"],
+            "epoch_table": epoch_table(report),
             "train_steps": sum(e.steps for e in report.epochs),
             "series": [[int(s), float(v)] for s, v in step_times],
             "markers": markers(report),
@@ -231,7 +245,8 @@ def comparison_view(runs: list[tuple[str, XLAReport]]) -> dict:
     reports = first, second
     result = compare.compare(*reports, labels=(a, b))
     result["rows"] = [
-        {"key": key, **result["rows"][key]} for key, *_ in compare.COMPARED
+        {"key": key, "digits": digits, **result["rows"][key]}
+        for key, _, _, digits in compare.COMPARED
     ]
     result["xla"] = [
         None if r.jit is None else bool(r.jit.enabled) for r in reports

@@ -29,10 +29,6 @@ X86_FEATURES = tuple(
 ARM_FEATURES = tuple("asimd asimdhp sve sve2 bf16 i8mm".split())
 USAGE_ERROR = 2
 BUILD_KEYS = ("cpu_compiler", "is_cuda_build", "cuda_version", "is_rocm_build")
-EPOCH_HEADER = tuple(
-    "epoch|steps|compilations|recompilations|compile s|median ms|p90 ms|"
-    "examples/s".split("|")
-)
 # The doctor's rows: key in the JSON -> label in the text.
 DOCTOR_LABELS = {
     "python": "Python",

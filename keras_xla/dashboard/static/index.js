@@ -466,22 +466,17 @@ function xlaCard(view) {
 }
 
 function epochsCard(view) {
+  // The columns are the report's figures (keras_xla.core.figures), as
+  // the summary's epoch table shows them: [header, digits or null].
   const card = el("section", { class: "card", id: "epochs" });
   card.append(el("h2", { text: "Epochs" }));
-  const rows = view.epochs.map((e) =>
-    el("tr", {},
-      el("td", { class: "num", text: String(e.epoch) }),
-      el("td", { class: "num", text: String(e.steps) }),
-      el("td", { class: "num", text: String(e.compilations) }),
-      el("td", { class: "num", text: String(e.recompilations) }),
-      el("td", { class: "num", text: num(e.compile_seconds) }),
-      el("td", { class: "num", text: num(e.step_time_ms?.median) }),
-      el("td", { class: "num", text: num(e.examples_per_second, 1) }),
-    ));
+  const { columns, rows } = view.epoch_table;
+  const cell = (value, digits) => value === null || value === undefined
+    ? "-" : digits === null ? String(value) : num(value, digits);
   card.append(table(
-    [["epoch", "num"], ["steps", "num"], ["compiles", "num"],
-      ["recompiles", "num"], ["compile s", "num"], ["median ms", "num"],
-      ["examples/s", "num"]], rows));
+    columns.map(([header]) => [header, "num"]),
+    rows.map((row) => el("tr", {}, ...row.map((value, i) =>
+      el("td", { class: "num", text: cell(value, columns[i][1]) }))))));
   return card;
 }
 
@@ -495,8 +490,7 @@ function compareCard(result) {
       text: on === null ? "-" : on ? "on" : "off" })),
     el("td", {}), el("td", {}))];
   for (const row of result.rows) {
-    const digits = ["epochs", "steps", "compilations", "recompilations"]
-      .includes(row.key) ? 0 : 2;
+    const digits = row.digits === null ? 0 : row.digits;
     rows.push(el("tr", { class: "compare-row" },
       el("td", { class: "nowrap", text: row.label }),
       ...row.values.map((v) => el("td", { class: "num", text: num(v, digits) })),
