@@ -26,7 +26,7 @@ from typing import Any
 from keras_xla.auto.policy import Status
 from keras_xla.auto.runner import Decided, Measured, Next
 from keras_xla.core import findings as codes
-from keras_xla.core import render, summaries
+from keras_xla.core import lints, render, summaries
 from keras_xla.core import report as report_lib
 from keras_xla.core import verdict as verdict_lib
 from keras_xla.core.accounting import Accountant
@@ -298,7 +298,23 @@ class FitOwner:
         for stage in stages:
             self.outputs.safely(stage.__name__, stage, stats, records)
         self.outputs.write(stats, records)
-        return summaries.epoch_figures(stats, self.report.hlo)
+        return summaries.epoch_scalars(stats, self.report.hlo)
+
+    def _lints(self, stats: Any, misaligned: list = ()) -> list[tuple]:
+        """The epoch's lints (`core.lints`) on its figures; `misaligned`:
+        the layers the tensor-core lint names (a backend's)."""
+        times = stats.step_time_ms
+        return lints.epoch_lints(
+            stats.epoch,
+            times["median"],
+            int(self.model.steps_per_execution or 1),
+            self.report.total_compile_seconds,
+            self.params,
+            misaligned,
+            stats.steps,
+            dispatch_ms=times.get("dispatch_median"),
+            tuner_ms=times.get("tuner_median"),
+        )
 
     def _conclude(self, stats: Any, records: list) -> None:
         """The epoch's last stage: the verdict so far."""

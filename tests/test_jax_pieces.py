@@ -216,10 +216,17 @@ def test_hlo_text_kernels_fusions_and_converts():
     assert hlo.shape_bytes("bf16[64,128]") == 64 * 128 * 2
     assert hlo.shape_bytes("(f32[2], bf16[2])") == 0  # a tuple
     assert hlo.shape_bytes("f32[]") == 4  # a scalar
-    # Utilization needs a peak: the user's number, else none on JAX
-    # unless asked to measure.
+    # Utilization needs a peak: the user's number, else the one an
+    # earlier measurement kept for this machine, as on TensorFlow.
     assert hlo.peak_flops(2e12, "float32") == 2e12
-    assert hlo.peak_flops(None, "float32") is None
+    assert hlo.peak_flops(None, "bfloat16") is None  # never measured
+    from keras_xla.core import peaks
+
+    key = hlo.machine_key("bfloat16")
+    assert key.endswith("|bfloat16") and "jax " in key
+    assert peaks.measured(key, lambda: 3e12) == 3e12
+    assert hlo.peak_flops(None, "bfloat16") == 3e12
+    assert peaks.measured(key, lambda: 1 / 0) == 3e12  # kept: not again
 
 
 def plan(epoch_steps, epochs=1, budget=0.25, spe=1, enabled=True, jit=True):

@@ -1,11 +1,11 @@
 """What the tuner checks at each epoch's end on JAX, on the live model.
 
 As on TensorFlow (`tf_backend.epoch_checks`): `analyze_hlo` analyzes the
-jitted train step's HLO once per fit, at the epoch's steady signature;
-`lint` runs the epoch lints (`core.lints`). Both take values and return
-the report's pieces and `(code, message, fix)` findings for the owner of
-the fit to apply. The tensor-core alignment lint is not run: it reads
-the GPUs through TensorFlow.
+jitted train step's HLO once per fit, at the epoch's steady signature,
+and returns the report's pieces and `(code, message, fix)` findings for
+the owner of the fit to apply (it runs the epoch lints, `core.lints`).
+The tensor-core alignment lint is not run: it reads the GPUs through
+TensorFlow.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import logging
 import os
 from typing import Any
 
-from keras_xla.core import files, lints
+from keras_xla.core import files
 from keras_xla.core import findings as codes
+from keras_xla.core.figures import significant
 from keras_xla.core.report import EpochStats, HloSection
 from keras_xla.core.timing import steady_signature
 from keras_xla.jax_backend import environment, hlo
@@ -124,7 +125,7 @@ def _add_rates(section, stats, model, peak_flops) -> None:
     if not (median and section.flops_per_step):
         return
     achieved = section.flops_per_step / (median / 1000.0)
-    section.achieved_tflops = figure(achieved / 1e12)
+    section.achieved_tflops = significant(achieved / 1e12)
     dtype = model.dtype_policy.compute_dtype
     try:
         peak = hlo.peak_flops(peak_flops, dtype)
@@ -132,27 +133,5 @@ def _add_rates(section, stats, model, peak_flops) -> None:
         peak = None
         logger.info("No peak FLOP/s on JAX: %s", error)
     if peak:
-        section.peak_tflops = figure(peak / 1e12)
-        section.utilization = figure(achieved / peak)
-
-
-def lint(
-    model: Any, stats: EpochStats, compile_seconds: float, params: dict
-) -> list[tuple[str, str, str]]:
-    """The epoch's lint findings (`core.lints`)."""
-    return lints.epoch_lints(
-        stats.epoch,
-        stats.step_time_ms["median"],
-        int(model.steps_per_execution or 1),
-        compile_seconds,
-        params,
-        steps=stats.steps,
-        dispatch_ms=stats.step_time_ms.get("dispatch_median"),
-        tuner_ms=stats.step_time_ms.get("tuner_median"),
-    )
-
-
-def figure(value: float) -> float:
-    """A figure to six significant digits (a tiny model's TFLOP/s and
-    utilization are far below a fixed number of decimals)."""
-    return float(f"{value:.6g}")
+        section.peak_tflops = significant(peak / 1e12)
+        section.utilization = significant(achieved / peak)

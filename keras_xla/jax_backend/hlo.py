@@ -15,10 +15,12 @@ are listed, as on TensorFlow.
 from __future__ import annotations
 
 import os
+import platform
 import re
 import time
 from typing import Any
 
+from keras_xla.core import hardware, peaks
 from keras_xla.core.report import HloSection
 from keras_xla.jax_backend.tap import untapped
 
@@ -194,20 +196,28 @@ def shape_bytes(shape: str) -> int:
     return size
 
 
-# Peak FLOP/s measured in this process, by dtype (`peak_flops`).
-_PEAKS: dict[str, float] = {}
-
-
 def peak_flops(setting: Any, dtype: str) -> float | None:
     """The peak for the utilization figure: `XLATuner(peak_flops=...)`'s
-    number, or with `"measure"` a matmul chain's FLOP/s in `dtype` under
-    `jax.jit` (one small compilation, once per process); None otherwise
-    (the peak TensorFlow's probe keeps on disk is TensorFlow's)."""
-    if setting != "measure":
-        return float(setting) if setting else None
-    if dtype not in _PEAKS:
-        _PEAKS[dtype] = measure_peak_flops(dtype)
-    return _PEAKS[dtype]
+    number; with `"measure"` a matmul chain's FLOP/s in `dtype` under
+    `jax.jit` (one small compilation, kept for this machine: later runs
+    read it); with None the peak an earlier measurement kept (`core.peaks`,
+    as on TensorFlow)."""
+    if setting == "measure":
+        key = machine_key(dtype)
+        return peaks.measured(key, lambda: measure_peak_flops(dtype))
+    if setting:
+        return float(setting)
+    return peaks.known(machine_key(dtype))
+
+
+def machine_key(dtype: str) -> str:
+    """What a measured peak is valid for: processor, JAX's devices, JAX
+    and the dtype."""
+    import jax
+
+    devices = ",".join(f"{d.platform}:{d.id}" for d in jax.devices())
+    model = hardware.cpu_model() or platform.machine()
+    return f"{model}|{devices}|jax {jax.__version__}|{dtype}"
 
 
 def measure_peak_flops(

@@ -1,17 +1,16 @@
 """What the tuner checks at each epoch's end, on the live model.
 
 `analyze_hlo` analyzes the train step's HLO once per fit (the epoch's
-steady signature); `lint` runs the epoch lints (`core.lints`, and the
-tensor-core alignment of the model's layers). Both take values and
-return the report section and `(code, message, fix)` findings for the
-owner of the fit to apply.
+steady signature); `misaligned` finds the layers the tensor-core lint
+names (the owner runs the epoch lints, `core.lints`, with them). Both
+take values and return the report section, names and `(code, message,
+fix)` findings for the owner of the fit to apply.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from keras_xla.core import lints
 from keras_xla.core.report import EpochStats, HloSection
 from keras_xla.core.timing import steady_signature
 from keras_xla.tf_backend.alignment import tensor_core_misalignment
@@ -45,30 +44,14 @@ def analyze_hlo(
     return section, [finding] if finding else []
 
 
-def lint(
-    model: Any,
-    stats: EpochStats,
-    records: list,
-    compile_seconds: float,
-    params: dict,
-) -> list[tuple[str, str, str]]:
-    """The epoch's lint findings."""
-    misaligned = []
-    if stats.epoch == 0:
-        signature = steady_signature(records)
-        batch = signature.batch_size() if signature else None
-        misaligned = tensor_core_misalignment(model, batch)
-    return lints.epoch_lints(
-        stats.epoch,
-        stats.step_time_ms["median"],
-        int(getattr(model, "steps_per_execution", 1) or 1),
-        compile_seconds,
-        params,
-        misaligned,
-        stats.steps,
-        dispatch_ms=stats.step_time_ms.get("dispatch_median"),
-        tuner_ms=stats.step_time_ms.get("tuner_median"),
-    )
+def misaligned(model: Any, stats: EpochStats, records: list) -> list[str]:
+    """The first epoch's layers whose sizes miss the tensor cores'
+    multiples at its steady batch (`alignment`); none after it."""
+    if stats.epoch != 0:
+        return []
+    signature = steady_signature(records)
+    batch = signature.batch_size() if signature else None
+    return tensor_core_misalignment(model, batch)
 
 
 def probe_findings(functions) -> list[tuple[str, str, str]]:

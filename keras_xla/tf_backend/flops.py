@@ -9,13 +9,11 @@ step's dtype) a utilization figure.
 from __future__ import annotations
 
 import math
-import os
 import platform
 import time
 from typing import Any
 
-from keras_xla.core import cache_home, hardware, json_files
-from keras_xla.core.hardware import cache_directory
+from keras_xla.core import hardware, peaks
 from keras_xla.tf_backend.hlo import HloStats
 
 
@@ -75,9 +73,6 @@ def measure_peak_flops(
     return 2 * size**3 * matmuls / best
 
 
-PEAKS_FILE = "peak_flops.json"
-
-
 def machine_key(dtype: str) -> str:
     """What a measured peak is valid for: processor, devices, TensorFlow
     and the dtype."""
@@ -91,23 +86,11 @@ def machine_key(dtype: str) -> str:
 def known_peak_flops(dtype: str = "float32") -> float | None:
     """The peak measured earlier on this machine for `dtype`, or None.
     Reading it costs no compilation."""
-    return _read_peaks().get(machine_key(dtype))
+    return peaks.known(machine_key(dtype))
 
 
 def measured_peak_flops(dtype: str = "float32") -> float:
-    """`measure_peak_flops(dtype)` (one small compilation), kept on disk
-    for this machine, so later runs and processes read it for free."""
-    key = machine_key(dtype)
-    peak = _read_peaks().get(key)
-    if peak is None:
-        peak = measure_peak_flops(dtype)
-        path = os.path.join(cache_directory(), PEAKS_FILE)
-        try:
-            json_files.update(path, lambda peaks: peaks.update({key: peak}))
-        except OSError as error:  # Kept in memory for this process.
-            cache_home.cannot_keep("the measured peak FLOP/s", error)
-    return peak
-
-
-def _read_peaks() -> dict:
-    return json_files.read_object(os.path.join(cache_directory(), PEAKS_FILE))
+    """`measure_peak_flops(dtype)` (one small compilation), kept for
+    this machine (`core.peaks`), so later runs and processes read it for
+    free."""
+    return peaks.measured(machine_key(dtype), lambda: measure_peak_flops(dtype))

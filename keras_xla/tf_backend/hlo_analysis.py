@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from keras_xla.core import findings
+from keras_xla.core.figures import significant
 from keras_xla.core.report import HloSection
 from keras_xla.core.signatures import Signature
 from keras_xla.tf_backend import cache_entry, compile_ledger
@@ -129,7 +130,7 @@ def analyze_train_step(
         achieved_tflops=_tera(achieved),
         peak_tflops=_tera(peak),
         utilization=(
-            round(flops_lib.utilization(achieved, peak), 4)
+            significant(flops_lib.utilization(achieved, peak))
             if achieved and peak
             else None
         ),
@@ -259,5 +260,4 @@ def _listify(node):
 
 
 def _tera(value: float | None) -> float | None:
-    # Six significant digits: tiny test models reach micro-TFLOP/s.
-    return None if value is None else float(f"{value / 1e12:.6g}")
+    return None if value is None else significant(value / 1e12)
