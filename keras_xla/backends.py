@@ -38,6 +38,72 @@ _PARTS = {
     },
 }
 
+# What exists on one backend only, and why: finding codes, and the
+# report's fields (`section` or `section.key`). The parity test
+# (`tests/test_parity.py`) allows these differences between the same
+# fit's reports on the two backends, and no others.
+ONE_BACKEND_ONLY = {
+    "jit-disabled-by-determinism": (
+        TENSORFLOW,
+        "TensorFlow's op determinism turns XLA off; JAX has no such switch",
+    ),
+    "jit-disabled-by-strategy": (
+        TENSORFLOW,
+        "tf.distribute keeps Keras's jit_compile off; keras.distribution "
+        "on JAX compiles the whole step",
+    ),
+    "unsupported-op": (
+        TENSORFLOW,
+        "ops without an XLA kernel exist in TensorFlow; every JAX op "
+        "lowers to XLA",
+    ),
+    "auto-clustering-inactive": (TENSORFLOW, "auto-clustering is TF's"),
+    "auto-clustering-uncounted": (TENSORFLOW, "auto-clustering is TF's"),
+    "tensor-core-alignment": (
+        TENSORFLOW,
+        "it reads the GPUs through TensorFlow",
+    ),
+    "profiler-busy": (TENSORFLOW, "profile_steps uses TF's profiler"),
+    "compile-cache-corrupt": (
+        TENSORFLOW,
+        "TensorFlow's cache is mirrored through its in-memory ledger, "
+        "whose entries keras_xla reads; JAX reads its own cache",
+    ),
+    "compile-ledger-off": (TENSORFLOW, "the ledger is TensorFlow's"),
+    "compile-cache-not-saved": (
+        TENSORFLOW,
+        "keras_xla writes TensorFlow's mirrored entries; JAX writes its own",
+    ),
+    "folded-dimensions": (
+        TENSORFLOW,
+        "the in-graph probe's limit; JAX's tap reads every dimension",
+    ),
+    "indivisible-batch": (
+        JAX,
+        "keras.distribution's data iterator; tf.distribute pads instead",
+    ),
+    "backend-unsupported": (
+        JAX,
+        "a TensorFlow feature asked for on JAX (XLAModel, profile_steps)",
+    ),
+    "clustering": (TENSORFLOW, "auto-clustering is TF's"),
+    "profile": (TENSORFLOW, "profile_steps uses TF's profiler"),
+    "step_time_ms.dispatch_median": (
+        JAX,
+        "JAX's call returns before its results exist: the host's part is "
+        "timed apart (on TensorFlow the call returns with them)",
+    ),
+    "step_time_ms.input_median": (
+        JAX,
+        "the JAX tap sees the iterator's next(); TensorFlow's get-next "
+        "runs inside the step function",
+    ),
+    "step_time_ms.tuner_median": (
+        JAX,
+        "timed with the dispatch (above)",
+    ),
+}
+
 
 def name() -> str:
     """The Keras backend this process uses, without importing Keras: the

@@ -1,13 +1,28 @@
-"""One fit, printed as the parity test compares it across backends.
+"""The same fits on either backend, printed as the parity test compares
+them.
 
-Run with `KERAS_BACKEND` set: a small MLP on 200 samples in batches of 32
-(a short last batch of 8), three epochs, validation on 70 samples (a
-short last batch of 6), default `XLATuner()`: its no-XLA baseline runs
-in the first epoch. Prints the report's compilations per function and
-its recompilations as JSON on the last line.
+Run with `KERAS_BACKEND` set and a log dir. Each scenario is a small fit
+with a default `XLATuner()` unless it says otherwise; for each, the
+report's compilations per function, its recompilations (function, input,
+dimension, before, after, cause) and its finding codes are printed, all
+scenarios as one JSON object on the last line.
+
+- `partial`: an MLP on 200 samples in batches of 32 (a short last batch
+  of 8), three epochs, validation on 70 samples (a short last batch of
+  6): the no-XLA baseline runs in the first epoch and sees the short
+  batch first.
+- `padded`: token batches padded to the longest in each batch (lengths
+  8, 12, 8, 16, 12): each new length compiles.
+- `spe`: `partial`'s fit with `steps_per_execution=2`.
+- `second_fit`: two fits of one model with one tuner: the second
+  compiles nothing.
+- `unknown`: a generator of unknown length, two epochs.
+- `auto`: `jit_compile="auto"` on `partial`'s data.
+- `cache`: `compile_cache` in a new directory: every compilation a miss.
 """
 
 import json
+import os
 import sys
 import warnings
 
@@ -19,7 +34,7 @@ import numpy as np  # noqa: E402
 import keras_xla  # noqa: E402
 
 
-def main(log_dir):
+def mlp():
     keras.utils.set_random_seed(0)
     model = keras.Sequential(
         [
@@ -28,46 +43,123 @@ def main(log_dir):
             keras.layers.Dense(1),
         ]
     )
-    model.compile("adam", "mse")
-    rng = np.random.default_rng(0)
-    x, y = rng.random((200, 8), np.float32), rng.random((200, 1), np.float32)
-    xv, yv = rng.random((70, 8), np.float32), rng.random((70, 1), np.float32)
-    tuner = keras_xla.XLATuner(log_dir=log_dir, verbose=0)
-    model.fit(
-        x,
-        y,
-        batch_size=32,
-        epochs=3,
-        validation_data=(xv, yv),
-        verbose=0,
-        callbacks=[tuner],
-    )
-    report = tuner.report
+    return model
+
+
+def data(n, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.random((n, 8), np.float32), rng.random((n, 1), np.float32)
+
+
+def summary(report, **extra):
     per_function = {}
     for epoch in report.epochs:
         for function, figures in epoch.by_function.items():
             count = figures["compilations"]
             per_function[function] = per_function.get(function, 0) + count
-    print(
-        json.dumps(
-            {
-                "backend": keras.backend.backend(),
-                "compilations": per_function,
-                "recompilations": sorted(
-                    [
-                        r.function,
-                        r.input,
-                        r.dim,
-                        r.before,
-                        r.after,
-                        r.cause,
-                    ]
-                    for r in report.recompilations
-                ),
-                "baseline_steps": report.baseline.steps,
-            }
-        )
+    return {
+        "compilations": per_function,
+        "recompilations": sorted(
+            [r.function, r.input, r.dim, r.before, r.after, r.cause]
+            for r in report.recompilations
+        ),
+        "codes": sorted(set(report.finding_codes())),
+        **extra,
+    }
+
+
+def partial(log_dir, **tuner_args):
+    model = mlp()
+    model.compile("adam", "mse", steps_per_execution=tuner_args.pop("spe", 1))
+    tuner = keras_xla.XLATuner(log_dir=log_dir, verbose=0, **tuner_args)
+    model.fit(
+        *data(200),
+        batch_size=32,
+        epochs=3,
+        validation_data=data(70, 1),
+        verbose=0,
+        callbacks=[tuner],
     )
+    return tuner.report
+
+
+class Padded(keras.utils.PyDataset):
+    """Token batches padded to the longest sequence in each batch."""
+
+    LENGTHS = (8, 12, 8, 16, 12)
+
+    def __len__(self):
+        return len(self.LENGTHS)
+
+    def __getitem__(self, i):
+        rng = np.random.default_rng(i)
+        x = rng.integers(1, 50, (4, self.LENGTHS[i])).astype("int32")
+        return x, rng.random((4, 1)).astype("float32")
+
+
+def padded(log_dir):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((None,), dtype="int32"),
+            keras.layers.Embedding(50, 8),
+            keras.layers.GlobalAveragePooling1D(),
+            keras.layers.Dense(1),
+        ]
+    )
+    model.compile("adam", "mse")
+    tuner = keras_xla.XLATuner(log_dir=log_dir, verbose=0, baseline=False)
+    model.fit(Padded(), epochs=1, shuffle=False, verbose=0, callbacks=[tuner])
+    return tuner.report
+
+
+def second_fit(log_dir):
+    model = mlp()
+    model.compile("adam", "mse")
+    tuner = keras_xla.XLATuner(log_dir=log_dir, verbose=0, baseline=False)
+    x, y = data(128)
+    fits = []
+    for _ in range(2):
+        model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[tuner])
+        fits.append(summary(tuner.report))
+    return fits
+
+
+def unknown(log_dir):
+    x, y = data(96)
+
+    def batches():
+        for i in range(0, 96, 32):
+            yield x[i : i + 32], y[i : i + 32]
+
+    model = mlp()
+    model.compile("adam", "mse")
+    tuner = keras_xla.XLATuner(log_dir=log_dir, verbose=0, baseline=False)
+    model.fit(batches(), epochs=1, verbose=0, callbacks=[tuner])
+    return tuner.report
+
+
+def main(log_dir):
+    out = {"backend": keras.backend.backend()}
+    report = partial(os.path.join(log_dir, "partial"))
+    out["partial"] = summary(report, baseline_steps=report.baseline.steps)
+    report = partial(os.path.join(log_dir, "spe"), spe=2)
+    out["spe"] = summary(report)
+    out["padded"] = summary(padded(os.path.join(log_dir, "padded")))
+    out["second_fit"] = second_fit(os.path.join(log_dir, "second"))
+    out["unknown"] = summary(unknown(os.path.join(log_dir, "unknown")))
+    report = partial(os.path.join(log_dir, "auto"), jit_compile="auto")
+    out["auto"] = summary(
+        report,
+        candidates=sorted(c["name"] for c in report.decision.candidates),
+    )
+    cache = os.path.join(log_dir, "compile_cache")
+    report = partial(
+        os.path.join(log_dir, "cache"), compile_cache=cache, baseline=False
+    )
+    section = report.compile_cache
+    out["cache"] = summary(report, hits=section.hits, misses=section.misses)
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

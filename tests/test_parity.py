@@ -1,7 +1,11 @@
-"""The same fit gives the same report on TensorFlow and on JAX.
+"""The same fits give the same reports on TensorFlow and on JAX: the
+compilations per function, the recompilation list (function, input,
+dimension, before, after, cause) and the findings, but for what
+`keras_xla.backends.ONE_BACKEND_ONLY` declares and the lints on measured
+times.
 
 Each backend runs `parity_run.py` in its own process (JAX's without
-TensorFlow importable).
+TensorFlow importable), every scenario in one process.
 """
 
 import json
@@ -40,22 +44,99 @@ def run(backend, log_dir):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_a_partial_last_batch_the_baseline_saw_first(tmp_path):
-    tf_run = run("tensorflow", str(tmp_path / "tf"))
-    jax_run = run("jax", str(tmp_path / "jax"))
+# Lints on measured times: the same fit is faster on one backend.
+TIMED = {"tuner-overhead", "dispatch-bound-steps", "compile-dominates"}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("parity")
+    tf_run = run("tensorflow", str(root / "tf"))
+    jax_run = run("jax", str(root / "jax"))
     assert (tf_run["backend"], jax_run["backend"]) == ("tensorflow", "jax")
+    return tf_run, jax_run
+
+
+def same(tf_run, jax_run, scenario):
+    """The scenario's compilations per function, recompilations and
+    finding codes on both backends (timed lints aside; a code of one
+    backend only is declared in `backends.ONE_BACKEND_ONLY`)."""
+    from keras_xla.backends import ONE_BACKEND_ONLY
+
+    a, b = tf_run[scenario], jax_run[scenario]
+    assert a["compilations"] == b["compilations"], scenario
+    assert a["recompilations"] == b["recompilations"], scenario
+    codes = {"tensorflow": set(a["codes"]), "jax": set(b["codes"])}
+    for backend, other in (("tensorflow", "jax"), ("jax", "tensorflow")):
+        for code in codes[backend] - codes[other] - TIMED:
+            declared = ONE_BACKEND_ONLY.get(code, (None,))[0]
+            assert declared == backend, (scenario, backend, code)
+    return a
+
+
+def test_a_partial_last_batch_the_baseline_saw_first(runs):
+    tf_run, jax_run = runs
     # The no-XLA baseline ran on both, before XLA met the short batches.
-    assert tf_run["baseline_steps"] > 0 and jax_run["baseline_steps"] > 0
-    assert (
-        tf_run["compilations"]
-        == jax_run["compilations"]
-        == {
-            "train": 2,
-            "test": 2,
-        }
-    )
-    expected = [
-        ["test", "x", 0, [32, 8], [6, 8], "partial_batch"],
-        ["train", "x", 0, [32, 8], [8, 8], "partial_batch"],
+    assert tf_run["partial"]["baseline_steps"] > 0
+    assert jax_run["partial"]["baseline_steps"] > 0
+    found = same(*runs, "partial")
+    assert found["compilations"] == {"train": 2, "test": 2}
+    assert found["recompilations"] == PARTIAL
+    # The HLO was analyzed on both, once an epoch ended with XLA's step
+    # on the model (the baseline's windows span the first).
+    assert "hlo-analysis-off" not in found["codes"]
+    assert "hlo-analysis-off" not in jax_run["partial"]["codes"]
+
+
+PARTIAL = [
+    ["test", "x", 0, [32, 8], [6, 8], "partial_batch"],
+    ["train", "x", 0, [32, 8], [8, 8], "partial_batch"],
+]
+
+
+def test_steps_per_execution(runs):
+    found = same(*runs, "spe")
+    assert found["compilations"] == {"train": 2, "test": 2}
+    assert found["recompilations"] == PARTIAL
+
+
+def test_padded_lengths(runs):
+    found = same(*runs, "padded")
+    # Lengths 8, 12, 8, 16, 12: three compile.
+    assert found["compilations"] == {"train": 3}
+    assert found["recompilations"] == [
+        ["train", "x", 1, [4, 8], [4, 12], "dynamic_dim"],
+        ["train", "x", 1, [4, 12], [4, 16], "dynamic_dim"],
     ]
-    assert tf_run["recompilations"] == jax_run["recompilations"] == expected
+
+
+def test_a_second_fit_on_the_same_model(runs):
+    tf_run, jax_run = runs
+    for i in range(2):
+        tf_fit, jax_fit = tf_run["second_fit"][i], jax_run["second_fit"][i]
+        same({"s": tf_fit}, {"s": jax_fit}, "s")
+    assert tf_run["second_fit"][0]["compilations"] == {"train": 1}
+    assert tf_run["second_fit"][1]["compilations"] == {"train": 0}
+
+
+def test_unknown_length_data(runs):
+    found = same(*runs, "unknown")
+    assert found["compilations"] == {"train": 1}
+    assert found["recompilations"] == []
+
+
+def test_auto_tries_the_same_candidates(runs):
+    tf_run, jax_run = runs
+    # Which one wins is measured (each backend's own speed): the same
+    # candidates are tried, and the same shapes explained.
+    assert tf_run["auto"]["candidates"] == jax_run["auto"]["candidates"]
+    assert tf_run["auto"]["candidates"] == ["no_xla/float32", "xla/float32"]
+    for r in runs:
+        assert r["auto"]["recompilations"] in ([], PARTIAL)
+
+
+def test_the_compile_cache(runs):
+    found = same(*runs, "cache")
+    assert found["compilations"] == {"train": 2, "test": 2}
+    for r in runs:
+        assert (r["cache"]["hits"], r["cache"]["misses"]) == (0, 4)

@@ -360,9 +360,18 @@ class FitRun(FitOwner):
     def _check(self, stats, records) -> None:
         """The epoch's checks (`epoch_checks`): the HLO analysis once per
         fit, then the epoch lints."""
-        s = self.settings
+        s, runner = self.settings, self.trial
         found = []
-        if not self._hlo_done and s.analyze_hlo and self.report.jit.enabled:
+        # Not while the baseline's (or the trial's) no-XLA side is on the
+        # model: its step is not jitted (the analysis waits for an epoch
+        # that ends with XLA's, as on TensorFlow).
+        xla_now = runner is None or runner.active is None or runner.active.jit
+        if (
+            not self._hlo_done
+            and s.analyze_hlo
+            and self.report.jit.enabled
+            and xla_now
+        ):
             self._hlo_done = True
             check = epoch_checks.analyze_hlo(
                 self.model, s, stats, records, self.tap.examples, self.events
@@ -372,9 +381,7 @@ class FitRun(FitOwner):
             if check.outside is not None:
                 self.report.outside_compilations.append(check.outside)
             found += check.findings
-        found += epoch_checks.lint(
-            self.model, stats, self.report.total_compile_seconds, self.params
-        )
+        found += self._lints(stats)
         for code, message, fix in found:
             self.book.add(code, message, fix)
 

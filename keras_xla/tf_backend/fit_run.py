@@ -352,10 +352,9 @@ class FitRun(FitOwner):
             )
             self._hlo_done = hlo is not None or bool(found)
             self.report.hlo = hlo or self.report.hlo
-        compile_s = self.report.total_compile_seconds
-        found += epoch_checks.lint(
-            self.model, stats, records, compile_s, self.params
-        ) + epoch_checks.probe_findings(self.functions)
+        misaligned = epoch_checks.misaligned(self.model, stats, records)
+        found += self._lints(stats, misaligned)
+        found += epoch_checks.probe_findings(self.functions)
         for code, message, fix in found:
             self.book.add(code, message, fix)
 
