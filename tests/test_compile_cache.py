@@ -160,13 +160,19 @@ def test_bad_directory_is_named():
 # Safety: what the cache loads, where it writes, and a full disk.
 
 
+COMPILED = []
+
+
 def entry_bytes():
-    """A real cache entry: a tiny compilation written to a fresh ledger."""
+    """A real cache entry: a new tiny compilation, written to the
+    process's in-memory ledger."""
     from keras_xla.tf_backend import cache_entry, compile_ledger
 
     ledger = compile_ledger.status().directory
     assert cache_entry.in_memory(ledger), "the test process has a ledger"
-    size = 7919 + os.getpid() % 1000  # a shape no other test compiles
+    COMPILED.append(None)
+    # A shape no other test (and no other call) compiles.
+    size = 7919 + os.getpid() % 1000 + 1009 * len(COMPILED)
     tf.function(lambda v: v * 3.0, jit_compile=True)(tf.ones([size]))
     compile_ledger.stamp()
     newest = max(compile_ledger.entries(ledger).items(), key=lambda kv: kv[1])
@@ -219,12 +225,21 @@ def test_entries_others_could_write_and_links_are_never_loaded(tmp_path):
     compile_ledger.remove(f"{ledger}/{planted.name}")
 
 
+def in_force(cache):
+    """`cache` is the compile cache in force, as enabling it makes it:
+    what compiles from now on is its to save."""
+    from keras_xla.tf_backend import cache_entries, compile_ledger
+
+    cache.mkdir(mode=0o700)
+    cache_entries.claim(str(cache), compile_ledger.status().directory)
+
+
 def test_copy_out_never_writes_through_a_link(tmp_path):
     from keras_xla.tf_backend import cache_entries, compile_ledger
 
-    name, data = entry_bytes()
     cache = tmp_path / "cache"
-    cache.mkdir(mode=0o700)
+    in_force(cache)
+    name, data = entry_bytes()
     victim = tmp_path / "victim"
     victim.write_bytes(b"the user's file")
     # A link at the entry's name and at every name an old version used
@@ -250,10 +265,10 @@ def test_a_full_disk_costs_the_cache_never_a_file(tmp_path, monkeypatch):
 
     from keras_xla.tf_backend import cache_entries, compile_ledger
 
+    cache = tmp_path / "cache"
+    in_force(cache)
     name, _ = entry_bytes()
     ledger = compile_ledger.status().directory
-    cache = tmp_path / "cache"
-    cache.mkdir(mode=0o700)
     usage = collections.namedtuple("usage", "total used free")
     monkeypatch.setattr(
         cache_entries.shutil, "disk_usage", lambda d: usage(1, 1, 1 << 20)
@@ -296,11 +311,11 @@ def test_entries_loaded_from_one_cache_never_go_to_another(tmp_path):
     # compiled.
     from keras_xla.tf_backend import cache_entries, compile_ledger
 
-    name, data = entry_bytes()
     ledger = compile_ledger.status().directory
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(mode=0o700)
-    b.mkdir(mode=0o700)
+    in_force(b)
+    name, data = entry_bytes()
     from_a = name.replace("__", "__7", 1)
     (a / from_a).write_bytes(data)
     (a / from_a).chmod(0o600)
@@ -311,6 +326,31 @@ def test_entries_loaded_from_one_cache_never_go_to_another(tmp_path):
     assert from_a not in written and not (b / from_a).exists()
     assert name in written  # compiled here
     compile_ledger.remove(f"{ledger}/{from_a}")
+
+
+def test_each_cache_gets_only_what_was_compiled_under_it(tmp_path):
+    # One process trains with compile_cache=A, then with B (two trials):
+    # A's compilation is A's alone, B's is B's alone, whichever saves
+    # first or last.
+    from keras_xla.tf_backend import cache_entries, compile_ledger
+
+    ledger = compile_ledger.status().directory
+    a, b = tmp_path / "a", tmp_path / "b"
+    in_force(a)
+    under_a, _ = entry_bytes()
+    in_force(b)
+    under_b, _ = entry_bytes()
+    assert under_a != under_b
+    assert cache_entries.copy_out(ledger, str(b))[0] == [under_b]
+    # (A also gets what the process compiled before any cache: a late
+    # enable.)
+    saved = cache_entries.copy_out(ledger, str(a))[0]
+    assert under_a in saved and under_b not in saved
+    # A again: what compiles now is A's; B keeps what it had.
+    cache_entries.claim(str(a), ledger)
+    again, _ = entry_bytes()
+    assert cache_entries.copy_out(ledger, str(b))[0] == []
+    assert cache_entries.copy_out(ledger, str(a))[0] == [again]
 
 
 def test_copy_in_takes_the_newest_entries_up_to_half_the_ledger(

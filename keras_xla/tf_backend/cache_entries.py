@@ -38,6 +38,33 @@ _CHECKED: dict[str, tuple[int, float]] = {}
 # Entry names copied into the ledger from a cache directory: never copied
 # out again (to that directory or another).
 _IMPORTED: set[str] = set()
+# The cache directory in force (the one enabled last in this process),
+# and the entries compiled while an earlier one was: each cache gets only
+# what was compiled under it (`claim`).
+_CURRENT: str | None = None
+_OWNER: dict[str, str] = {}
+
+
+def claim(directory: str, ledger: str) -> None:
+    """`directory` is the cache in force from now on: the ledger's
+    entries compiled so far belong to the cache that was in force (none
+    before the first: those go to the first, a late enable), so a later
+    cache never gets them."""
+    global _CURRENT
+    directory = os.path.abspath(directory)
+    if _CURRENT is not None and _CURRENT != directory:
+        for path in compile_ledger.entries(ledger):
+            name = os.path.basename(path)
+            if name not in _IMPORTED:
+                _OWNER.setdefault(name, _CURRENT)
+    _CURRENT = directory
+
+
+def _belongs(name: str, directory: str) -> bool:
+    """Whether the ledger's entry `name` is `directory`'s to save: it
+    was compiled while that cache was in force (or before any was)."""
+    owner = _OWNER.get(name, _CURRENT)
+    return owner is None or owner == os.path.abspath(directory)
 
 
 def _regular(path: str) -> bool:
@@ -134,14 +161,15 @@ def copy_in(directory: str, ledger: str, trust: bool) -> tuple[list, list]:
 
 def copy_out(ledger: str, directory: str) -> tuple[list[str], str | None]:
     """Copies the entries this process compiled (not those copied in)
-    from the in-memory `ledger` to the cache `directory`, where it lacks
-    them; returns `(names copied, why copying stopped or None)`. Never
-    raises: a full disk stops the copy, and no partial file is left."""
+    while `directory` was the cache in force (`claim`) from the
+    in-memory `ledger` to that directory, where it lacks them; returns
+    `(names copied, why copying stopped or None)`. Never raises: a full
+    disk stops the copy, and no partial file is left."""
     have = {os.path.basename(p) for p in compile_ledger.entries(directory)}
     copied = []
     for path in sorted(compile_ledger.entries(ledger)):
         name = os.path.basename(path)
-        if name in have or name in _IMPORTED:
+        if name in have or name in _IMPORTED or not _belongs(name, directory):
             continue
         try:
             data = cache_entry.read_bytes(path)

@@ -138,7 +138,8 @@ def _mirror(
     directory, existing, aside, ledger, can_write, trust
 ) -> CacheStatus:
     """The cache served through the in-memory ledger: its entries copied
-    in now, the ones this process compiles copied out later."""
+    in now, the ones this process compiles under it copied out later."""
+    entries_lib.claim(directory, ledger)
     copied, left_out = entries_lib.copy_in(directory, ledger, trust)
     if can_write:
         atexit.register(_save_at_exit, ledger, directory, os.getpid())
