@@ -257,19 +257,42 @@ def tiny_model():
 MODEL = tiny_model()
 
 
-def trial_plan(epoch_steps, budget, jit="auto", precision=None):
-    """The JAX trial's runner (or its `Decided`) for `MODEL`, with the
-    candidates the JAX owner gives it on a CPU without bfloat16."""
+def trial_plan(
+    epoch_steps, budget, jit="auto", precision=None, xla_on=True, devices=None
+):
+    """The JAX trial's runner (or its `Decided`) for `MODEL`, planned as
+    the JAX owner plans it (`auto.runner.plan` with JAX's runner, the
+    fit's own configuration kept without a decision), on a CPU without
+    bfloat16 unless `devices` says otherwise."""
+    from keras_xla.auto import runner as auto_runner
     from keras_xla.auto.policy import Candidate
     from keras_xla.core.hardware import DeviceInfo
-    from keras_xla.jax_backend import trial as trial_lib
+    from keras_xla.jax_backend.trial import JaxTrialRunner
 
-    cpu = [DeviceInfo("CPU", "cpu:0", None)]
-    found, default = trial_lib.candidates(jit, precision, True, MODEL, cpu)
-    start = Candidate(True, "float32")
-    return trial_lib.plan(
-        found, default, start, ModelState(MODEL), epoch_steps, 1, 1, budget
+    request = auto_runner.Request(
+        jit=jit,
+        precision=precision,
+        budget=budget,
+        xla_possible=xla_on,
+        epoch_steps=epoch_steps,
+        steps_per_call=1,
+        probed=True,
+        epochs=1,
+        devices=devices or [DeviceInfo("CPU", "cpu:0", None)],
+        first_jit=xla_on,
     )
+    start = Candidate(xla_on, "float32")
+    planned = auto_runner.plan(
+        MODEL,
+        request,
+        ModelState(MODEL),
+        None,
+        runner_type=lambda trial, original: JaxTrialRunner(
+            trial, original, start
+        ),
+        current=start,
+    )
+    return planned
 
 
 def test_baseline_plan_says_why_not():
@@ -427,9 +450,13 @@ def test_cache_rejects_a_file(tmp_path):
         cache_lib.enable_compile_cache(str(path))
 
 
-def test_jax_trial_settles_on_the_faster_train_function():
+def test_jax_trial_settles_on_the_faster_train_function(monkeypatch):
+    from keras_xla import xla_setting
     from keras_xla.auto.runner import Decided
 
+    # Keras's "auto" on JAX: XLA on (this process may run TensorFlow,
+    # whose "auto" is off on a CPU).
+    monkeypatch.setattr(xla_setting, "keras_auto_jit", lambda model: True)
     runner = trial_plan(200, 0.5)
     assert [c.name for c in runner.trial.candidates] == [
         "xla/float32",
@@ -473,21 +500,25 @@ def test_jax_trial_without_room_is_skipped_with_xla_on():
 
 
 def test_jax_candidates_follow_the_request_on_jaxs_devices():
-    from keras_xla.auto.policy import Candidate
+    from keras_xla import xla_setting
     from keras_xla.core.hardware import DeviceInfo
-    from keras_xla.jax_backend import trial as trial_lib
 
     ampere = [DeviceInfo("GPU", "gpu:0", (8, 0))]
     volta = [DeviceInfo("GPU", "gpu:0", (7, 0))]
+    original = ModelState(MODEL)
 
     def names(jit, precision, xla_on, devices):
-        found, default = trial_lib.candidates(
-            jit, precision, xla_on, MODEL, devices
-        )
-        return [c.name for c in found], default.name
+        planned = trial_plan(200, 10.0, jit, precision, xla_on, devices)
+        original.restore(MODEL)
+        if hasattr(planned, "trial"):
+            found = planned.trial.candidates
+            return [c.name for c in found], planned.trial.default.name
+        return [c["name"] for c in planned.decision.candidates], None
 
     # XLA's candidates first (the fit starts on Keras's jitted step);
-    # the precisions from JAX's devices, as recommend_policy reads them.
+    # the precisions from JAX's devices, as recommend_policy reads them;
+    # the reference is Keras's own "auto", in float32.
+    keras_default = "xla" if xla_setting.keras_auto_jit(MODEL) else "no_xla"
     assert names("auto", "auto", True, ampere) == (
         [
             "xla/float32",
@@ -495,7 +526,7 @@ def test_jax_candidates_follow_the_request_on_jaxs_devices():
             "no_xla/float32",
             "no_xla/mixed_bfloat16",
         ],
-        "xla/float32",
+        f"{keras_default}/float32",
     )
     assert names(True, "auto", True, volta)[0] == [
         "xla/float32",
@@ -505,19 +536,13 @@ def test_jax_candidates_follow_the_request_on_jaxs_devices():
         "xla/mixed_bfloat16",
         "no_xla/mixed_bfloat16",
     ]
-    # XLA cannot be on (run_eagerly, or a layer without jit support).
-    assert names("auto", None, False, volta) == (
-        ["no_xla/float32"],
-        "no_xla/float32",
-    )
-    # One candidate: decided at once, nothing to try.
-    found, default = trial_lib.candidates("auto", None, False, MODEL, volta)
-    start = Candidate(False, "float32")
-    single = trial_lib.plan(
-        found, default, start, ModelState(MODEL), 200, 1, 1, 0.5
-    )
+    # XLA cannot be on (run_eagerly, or a layer without jit support):
+    # one candidate, decided at once, nothing to try.
+    single = trial_plan(200, 0.5, "auto", None, False, volta)
+    original.restore(MODEL)
     assert single.decision.status == "single-candidate"
     assert single.decision.winner == "no_xla/float32"
+    assert [c["name"] for c in single.decision.candidates] == ["no_xla/float32"]
 
 
 def test_clearing_jaxs_cache_removes_its_entries_only(tmp_path):

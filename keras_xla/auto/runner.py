@@ -103,6 +103,10 @@ class Request:
             length is the first's). JAX runs it in the first: its trainer
             stops at `next(iterator)` before a step at the end of data.
         tunables: The policy's numbers. Defaults to `policy.TUNABLES`.
+        devices: The devices the precision recommendation reads
+            (`DeviceInfo`s); None: TensorFlow's.
+        first_jit: The XLA setting of the candidates tried first (the
+            one the fit starts with); None: the candidates' own order.
     """
 
     jit: Any
@@ -118,6 +122,8 @@ class Request:
     clustering: bool = False
     defer_unknown: bool = True
     tunables: policy.Tunables | None = None
+    devices: Any = None
+    first_jit: bool | None = None
 
 
 def plan(
@@ -125,6 +131,8 @@ def plan(
     request: Request,
     original: ModelState,
     previous: tuple[Any, ModelState, Decision] | None,
+    runner_type: Callable[..., TrialRunner] | None = None,
+    current: Candidate | None = None,
 ) -> TrialRunner | Decided:
     """Starts the trial (the model in its first candidate's
     configuration), or settles at once.
@@ -135,6 +143,11 @@ def plan(
         original: The model's state before the tuner changed it.
         previous: `(model, kept state, decision)` of an earlier fit's
             trial with the same tuner, if any.
+        runner_type: The backend's runner, called with `(trial,
+            original)`; TensorFlow's `TrialRunner` by default.
+        current: The configuration the fit set the model up in, where a
+            trial that cannot run keeps it (JAX: the fit's own); None:
+            the model goes back as it was compiled (TensorFlow).
     """
     candidates, default = plan_candidates(
         request.jit,
@@ -142,15 +155,19 @@ def plan(
         request.xla_possible,
         model,
         request.clustering,
+        request.devices,
     )
-    t = policy.TUNABLES
+    if request.first_jit is not None:
+        candidates.sort(key=lambda c: c.jit != request.first_jit)
+    t = request.tunables or policy.TUNABLES
     rows = [trial_lib.candidate_row(c) for c in candidates]
     if previous is not None and previous[0] is model:
         _, state, decision = previous
         state.restore(model)
         return Decided(dataclasses.replace(decision, status=Status.REUSED))
     if len(candidates) == 1:
-        configure(model, original, candidates[0])
+        if candidates[0] != current:
+            configure(model, original, candidates[0])
         return Decided(
             Decision(
                 Status.SINGLE,
@@ -176,6 +193,8 @@ def plan(
         )
     if not isinstance(plan, policy.TrialPlan):
         decision = Decision(Status.SKIPPED, None, "", rows)
+        if current is not None:  # the fit's own configuration trains
+            return skipped(decision, *plan)
         return _fall_back(
             model, original, request.xla_possible, decision, *plan
         )
@@ -188,12 +207,11 @@ def plan(
         candidates.sort(key=lambda c: c.name != likely)
     trial = Trial(candidates, default, plan.calls, spe, plan.rounds, tunables=t)
     trial.run_steps = plan.run_steps
-    runner = TrialRunner(
-        trial,
-        original,
-        request.xla_possible,
-        memory=memory,
-    )
+    if runner_type is None:
+        runner = TrialRunner(trial, original, request.xla_possible)
+    else:
+        runner = runner_type(trial, original)
+    runner.memory = memory
     runner.spans = plan.spans
     runner.switch(model, candidates[0])
     logging.getLogger("tensorflow").addFilter(RETRACE_FILTER)

@@ -159,7 +159,7 @@ FIGURES: tuple[Figure, ...] = (
         "train throughput over those steps",
         unit="1/s",
         digits=1,
-        column="examples/s",
+        column="ex/s",
         label="examples/s (steady)",
         better=+1,
     ),

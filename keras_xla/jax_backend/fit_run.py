@@ -12,14 +12,15 @@ TensorFlow), the summary.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import weakref
 from typing import Any
 
 from keras_xla import precision as precision_lib
 from keras_xla import xla_setting
-from keras_xla.auto import memory as decision_memory
-from keras_xla.auto.model_state import ModelState, configure
+from keras_xla.auto import runner as auto_runner
+from keras_xla.auto.model_state import ModelState
 from keras_xla.auto.policy import AUTO, Candidate
 from keras_xla.auto.runner import Decided
 from keras_xla.core import cache_directory
@@ -29,12 +30,11 @@ from keras_xla.core.timing import median_seconds
 from keras_xla.fit_owner import FitOwner
 from keras_xla.jax_backend import baseline as baseline_lib
 from keras_xla.jax_backend import environment, epoch_checks
-from keras_xla.jax_backend import trial as trial_lib
 from keras_xla.jax_backend.compile_events import CompileEvents
 from keras_xla.jax_backend.step_log import JaxStepLog, trackers_of
 from keras_xla.jax_backend.summaries import JaxSummaryWriter
 from keras_xla.jax_backend.tap import StepTap, untapped
-from keras_xla.jax_backend.trial import JaxRunner
+from keras_xla.jax_backend.trial import JaxRunner, JaxTrialRunner
 
 logger = logging.getLogger(__name__)
 
@@ -166,50 +166,47 @@ class FitRun(FitOwner):
 
     def _plan_trial(self, spe: int) -> None:
         """`jit_compile="auto"` or `mixed_precision="auto"`: the trial's
-        runner (`self.trial`), or its decision at once (one candidate, or
-        skipped: the fit's own configuration trains)."""
-        s, model = self.settings, self.model
-        memory_dir = None
-        if s.trial_memory:
-            memory_dir = decision_memory.directory(s.cache_status)
-        found, default = trial_lib.candidates(
-            s.jit_compile,
-            s.mixed_precision,
-            self._start.jit,
-            model,
-            environment.device_infos(),
+        runner (`self.trial`), planned by `auto.runner.plan` as on
+        TensorFlow, or its decision at once (one candidate, or skipped:
+        the fit's own configuration trains)."""
+        model, start = self.model, self._start
+        request = dataclasses.replace(
+            self.settings.trial_request(start.jit, self.params, spe, True),
+            devices=environment.device_infos(),
+            first_jit=start.jit,  # Keras's jitted step: the fit's own
         )
-        planned = trial_lib.plan(
-            found,
-            default,
-            self._start,
+        planned = auto_runner.plan(
+            model,
+            request,
             self._user_state,
-            self.params.get("steps"),
-            self.params.get("epochs"),
-            spe,
-            s.trial_budget,
-            memory_dir=memory_dir,
-            model=model,
+            self.trial_result,
+            runner_type=lambda trial, original: JaxTrialRunner(
+                trial, original, start
+            ),
+            current=start,
         )
         if isinstance(planned, Decided):
-            chosen = self._start if planned.skipped else found[0]
-            if chosen != self._start:
-                configure(model, self._user_state, chosen)
+            chosen = start if planned.skipped else self._configuration()
             self._settle(planned, chosen)
             return
         try:
-            for candidate in found:
+            for candidate in planned.trial.candidates:
                 self._built(candidate.jit, candidate.policy)
         except Exception as error:  # noqa: BLE001
             _, decision = planned.trial.decide()
             problem = f"a candidate's step could not be built: {error}"
             fix = "Pass jit_compile and mixed_precision without 'auto'."
             settled = planned.settle(model, None, decision, (problem, fix))
-            self._settle(settled, self._start)
+            self._settle(settled, start)
             return
-        planned.switch(model, found[0])
-        self._put_functions(found[0])
+        self._put_functions(planned.active)
         self.trial = planned
+
+    def _configuration(self) -> Candidate:
+        """The model's configuration now: XLA on or off, its policy."""
+        model = self.model
+        jit = bool(model.jit_compile) and not model.run_eagerly
+        return Candidate(jit, model.dtype_policy.name)
 
     def _decided(self, chosen: Candidate) -> bool:
         self._put_functions(chosen)
