@@ -314,6 +314,7 @@ class FitOwner:
             stats.steps,
             dispatch_ms=times.get("dispatch_median"),
             tuner_ms=times.get("tuner_median"),
+            input_ms=times.get("input_median"),
         )
 
     def _conclude(self, stats: Any, records: list) -> None:

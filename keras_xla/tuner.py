@@ -65,7 +65,7 @@ class XLATuner(keras.callbacks.Callback):
     `jit-disabled-by-strategy`, `jit-disabled-by-backend`,
     `unsupported-op`, `auto-clustering-inactive`,
     `auto-clustering-uncounted`; cost `dispatch-bound-steps`,
-    `tuner-overhead`, `compile-dominates`,
+    `tuner-overhead`, `input-bound`, `compile-dominates`,
     `tensor-core-alignment`; precision `policy-set-after-build`,
     `low-precision-output`, `missing-loss-scale`, `float16-on-cpu`,
     `bf16-without-hardware-support`; flags `unknown-xla-flag`,

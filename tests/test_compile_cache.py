@@ -381,10 +381,10 @@ def test_only_the_process_that_enabled_the_cache_saves_to_it_at_exit(
     # parent's cache (nor remove anything of the parent's).
     from keras_xla.tf_backend import compile_cache, compile_ledger
 
-    entry_bytes()
     ledger = compile_ledger.status().directory
     cache = tmp_path / "cache"
-    cache.mkdir(mode=0o700)
+    in_force(cache)
+    entry_bytes()
     compile_cache._save_at_exit(ledger, str(cache), os.getpid() + 1)
     assert os.listdir(cache) == []
     compile_cache._save_at_exit(ledger, str(cache), os.getpid())

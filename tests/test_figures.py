@@ -26,6 +26,7 @@ def epoch(n, **extra):
             "p90": 25.0,
             "dispatch_median": 0.5,
             "input_median": 3.0,
+            "input_share": 0.15,
             "tuner_median": 0.05,
         },
         examples_per_second=1600.0 + 10 * n,
@@ -66,7 +67,7 @@ def test_the_scalars_are_the_registered_tags_with_their_values():
     # the parts of a step TensorFlow does not time apart, the cache off.
     bare = epoch(
         1,
-        step_time_ms={"median": 5.0, "p90": 6.0},
+        step_time_ms={"median": 5.0, "p90": 6.0, "tuner_median": 0.01},
         compile_cache_hits=None,
         compile_cache_misses=None,
     )

@@ -80,6 +80,42 @@ def test_next_steps_are_ranked_by_seconds():
     ]
 
 
+def test_an_input_bound_run_puts_the_input_first():
+    from keras_xla.core import findings as codes
+    from keras_xla.core import lints
+
+    # 60 ms without XLA, 40 with, 20 of each waiting for the batch.
+    report = report_with(60.0, 40.0, 1000, 1.0)
+    report.epochs[0].step_time_ms["input_median"] = 20.0
+    message, fix = lints.input_bound(40.0, 20.0)
+    assert "waits 20.00 ms of its 40.00 ms (50%)" in message
+    assert "prefetch(tf.data.AUTOTUNE)" in fix and "workers=N" in fix
+    report.findings.append(Finding(codes.INPUT_BOUND, "warning", message, fix))
+    v = verdict.build(report)
+    assert (v.speedup, v.input_share, v.compute_speedup) == (1.5, 0.5, 2.0)
+    assert v.headline.startswith(
+        "The input comes first: 50% of each step waits for its batch: XLA "
+        "made the rest 2.00x faster, the whole step 1.50x. Fix the input "
+        "pipeline, then XLA's speedup shows. XLA made each step 1.50x"
+    )
+    # The wait cost 20 ms of each of 1000 steps: the first next step.
+    assert v.next_steps[0] == {
+        "code": "input-bound",
+        "seconds": 20.0,
+        "fix": fix,
+    }
+    # A short wait is not input-bound, and says nothing first.
+    assert lints.input_bound(40.0, 4.0) is None
+    report.epochs[0].step_time_ms["input_median"] = 4.0
+    quick = verdict.build(report)
+    assert quick.input_share == 0.1
+    assert quick.headline.startswith("XLA made each step 1.50x")
+    # Where the wait is not timed apart (TensorFlow), there is no figure.
+    del report.epochs[0].step_time_ms["input_median"]
+    untimed = verdict.build(report)
+    assert (untimed.input_share, untimed.compute_speedup) == (None, None)
+
+
 def test_without_a_baseline_the_headline_says_why():
     report = report_with(None, None, 10, 0.5)
     report.baseline = BaselineSection(reason="turned off")

@@ -237,6 +237,10 @@ class Accountant:
                 "tuner_median": ms(stats.own_median_seconds),
                 # Waiting for the batch (None: not seen apart, TF).
                 "input_median": ms(stats.input_median_seconds),
+                # The wait's share of the median step.
+                "input_share": _share(
+                    stats.input_median_seconds, stats.median_seconds
+                ),
             },
             examples_per_second=_round(stats.examples_per_second),
             examples_per_second_overall=_round(
@@ -329,3 +333,10 @@ def both_causes(change, function: str, changes) -> tuple[str, str]:
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
+
+
+def _share(part: float | None, whole: float | None) -> float | None:
+    """`part / whole` to four decimals, at most 1; None without both."""
+    if part is None or not whole:
+        return None
+    return round(min(part / whole, 1.0), 4)

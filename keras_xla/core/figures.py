@@ -188,11 +188,17 @@ FIGURES: tuple[Figure, ...] = (
         when=APART,
     ),
     Figure(
+        "step_time_ms.input_share",
+        "xla/input_share",
+        "the share of the median step spent waiting for its batch",
+        digits=3,
+        when=APART,
+    ),
+    Figure(
         "step_time_ms.tuner_median",
         "xla/tuner_ms_median",
         "the tuner's own time per step, in its hooks",
         unit="ms",
-        when=APART,
         digits=3,
     ),
     Figure(

@@ -57,6 +57,7 @@ DISPATCH_BOUND_STEPS = "dispatch-bound-steps"
 COMPILE_DOMINATES = "compile-dominates"
 TENSOR_CORE_ALIGNMENT = "tensor-core-alignment"
 TUNER_OVERHEAD = "tuner-overhead"
+INPUT_BOUND = "input-bound"
 # Precision.
 POLICY_SET_AFTER_BUILD = "policy-set-after-build"
 LOW_PRECISION_OUTPUT = "low-precision-output"
@@ -110,6 +111,7 @@ CODES: dict[str, Code] = _table(
     (AUTO_CLUSTERING_UNCOUNTED, "warning", "clusters compile uncounted"),
     (DISPATCH_BOUND_STEPS, "info", "launching a step costs as much as it"),
     (TUNER_OVERHEAD, "info", "the tuner's own work is over 1% of a step"),
+    (INPUT_BOUND, "warning", "a large share of each step waits for data"),
     (COMPILE_DOMINATES, "warning", "compiling costs more than it saves"),
     (TENSOR_CORE_ALIGNMENT, "info", "sizes keep tensor cores idle"),
     (POLICY_SET_AFTER_BUILD, "warning", "the policy came after the build"),

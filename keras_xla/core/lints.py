@@ -51,6 +51,38 @@ def dispatch_bound(
     )
 
 
+# A step that waits this share of its time for its batch is input-bound:
+# XLA speeds up the rest only.
+INPUT_SHARE = 0.3
+INPUT_FIX = (
+    "Feed the step faster. tf.data: end the pipeline with "
+    "`.prefetch(tf.data.AUTOTUNE)`, map with "
+    "`num_parallel_calls=tf.data.AUTOTUNE`, `.cache()` what does not "
+    "change between epochs, and move work out of `py_function`. A Python "
+    "generator or `keras.utils.PyDataset`: `PyDataset(workers=N, "
+    "use_multiprocessing=True)`, or precompute the batches."
+)
+
+
+def input_bound(
+    median_ms: float | None, input_ms: float | None
+) -> tuple[str, str] | None:
+    """A step that waits `INPUT_SHARE` or more of its median time
+    (`median_ms`) for its batch (`input_ms`, the median wait, where it is
+    measured apart)."""
+    if not median_ms or input_ms is None:
+        return None
+    share = min(input_ms / median_ms, 1.0)
+    if share < INPUT_SHARE:
+        return None
+    return (
+        f"Each train step waits {input_ms:.2f} ms of its {median_ms:.2f} ms "
+        f"({share:.0%}) for its batch: the input pipeline, not the "
+        "compiled step, sets the pace, and XLA can speed up only the rest.",
+        INPUT_FIX,
+    )
+
+
 OVERHEAD_SHARE = 0.01  # the tuner's goal: under 1% of a step
 
 
@@ -127,6 +159,7 @@ def epoch_lints(
     steps: int | None = None,
     dispatch_ms: float | None = None,
     tuner_ms: float | None = None,
+    input_ms: float | None = None,
 ) -> list[tuple[str, str, str]]:
     """Every lint of one epoch, as `(code, message, fix)`; the
     first-epoch lints (alignment, compile cost) only for epoch 0."""
@@ -161,6 +194,7 @@ def epoch_lints(
             dispatch_bound(median_ms, steps_per_execution, dispatch_ms),
         )
     )
+    found.append((codes.INPUT_BOUND, input_bound(median_ms, input_ms)))
     found.append(
         (
             codes.TUNER_OVERHEAD,

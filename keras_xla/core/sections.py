@@ -262,3 +262,7 @@ class Verdict(Section):
     # The most the run's steps could have saved even if XLA's step took
     # no time (no-XLA step, or a bound on it, times the steps).
     saving_bound_seconds: float | None = None
+    # The median share of a step spent waiting for its batch, and XLA's
+    # speedup of the rest (the compute), where the wait is measured.
+    input_share: float | None = None
+    compute_speedup: float | None = None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 from keras_xla.core import findings as codes
+from keras_xla.core import lints
 from keras_xla.core.report import Verdict, XLAReport
 from keras_xla.core.signatures import FINDING_CODES
 
@@ -62,6 +63,12 @@ def build(report: XLAReport) -> Verdict:
     if bound is not None and compile_s > bound:
         paid_back = False
     low, high = speedup_range(report) if speedup is not None else (None,) * 2
+    wait_ms = input_wait_ms(report)
+    input_share = compute = None
+    if wait_ms is not None and xla:
+        input_share = round(min(wait_ms / xla, 1.0), 3)
+        if base and xla > wait_ms and base > wait_ms:
+            compute = round((base - wait_ms) / (xla - wait_ms), 3)
     verdict = Verdict(
         xla_enabled=enabled,
         speedup=speedup,
@@ -71,14 +78,30 @@ def build(report: XLAReport) -> Verdict:
         break_even_steps=break_even,
         paid_back=paid_back,
         headline="",
-        next_steps=next_steps(report, base, xla, steps, compile_s),
+        next_steps=[],
         train_steps=steps,
         speedup_low=low,
         speedup_high=high,
         saving_bound_seconds=bound,
+        input_share=input_share,
+        compute_speedup=compute,
+    )
+    verdict.next_steps = next_steps(
+        report, base, xla, steps, compile_s, wait_ms
     )
     verdict.headline = headline(report, verdict)
     return verdict
+
+
+def input_wait_ms(report: XLAReport) -> float | None:
+    """The median over epochs of each step's wait for its batch (ms),
+    where it was measured apart (None elsewhere)."""
+    waits = sorted(
+        e.step_time_ms["input_median"]
+        for e in report.epochs
+        if (e.step_time_ms or {}).get("input_median") is not None
+    )
+    return waits[len(waits) // 2] if waits else None
 
 
 def no_xla_bound_ms(report: XLAReport) -> float | None:
@@ -103,6 +126,19 @@ def headline(report: XLAReport, v: Verdict) -> str:
     """One sentence with the numbers (and one more on the bound where
     compiling cost more than the run could save)."""
     text = _headline(report, v)
+    share = v.input_share
+    if v.xla_enabled and share is not None and share >= lints.INPUT_SHARE:
+        rest = ""
+        if v.compute_speedup is not None and v.speedup is not None:
+            rest = (
+                f": XLA made the rest {v.compute_speedup:.2f}x faster, the "
+                f"whole step {v.speedup:.2f}x"
+            )
+        text = (
+            f"The input comes first: {share:.0%} of each step waits for "
+            f"its batch{rest}. Fix the input pipeline, then XLA's speedup "
+            f"shows. {text}"
+        )
     bound = v.saving_bound_seconds
     if v.xla_enabled and bound is not None and v.compile_seconds > bound:
         measured = "at" if v.baseline_step_ms else "at most"
@@ -174,6 +210,7 @@ def next_steps(
     xla: float | None,
     steps: int,
     compile_s: float,
+    wait_ms: float | None = None,
 ) -> list[dict]:
     """`{code, seconds, fix}` ranked by the seconds each cost in this run
     (or would save), the largest first; steps without a measured cost
@@ -204,6 +241,13 @@ def next_steps(
                 "with XLATuner(compile_cache=DIR), or train without XLA "
                 "for runs this short.",
             }
+    if wait_ms and codes.INPUT_BOUND in fixes:
+        # The seconds the steps waited for their batches.
+        out[codes.INPUT_BOUND] = {
+            "code": codes.INPUT_BOUND,
+            "seconds": round(wait_ms / 1000.0 * steps, 3),
+            "fix": fixes[codes.INPUT_BOUND],
+        }
     for code in (
         codes.UNSUPPORTED_OP,
         codes.DISPATCH_BOUND_STEPS,
