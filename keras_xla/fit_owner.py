@@ -81,6 +81,9 @@ class FitOwner:
         # again), and a validation run that began is accounted.
         self._epoch_open = False
         self._testing = False
+        # (epoch, first step) of the train calls a trial or baseline ran
+        # without XLA: not steady XLA steps.
+        self._no_xla_calls: set[tuple[int, int]] = set()
 
     # The fit's start and end.
 
@@ -155,8 +158,10 @@ class FitOwner:
         )
         if outcome is Next.DONE:
             self._finish_trial()
-        else:
-            self._put_side(runner, outcome is Next.SWITCHED, batch)
+            return
+        if not runner.active.jit:
+            self._no_xla_calls.add((self.accountant.epoch, batch))
+        self._put_side(runner, outcome is Next.SWITCHED, batch)
 
     def _finish_trial(self) -> None:
         """The windows are over: the trial's decision or the baseline's
@@ -257,7 +262,10 @@ class FitOwner:
         self._epoch_open = False
         if interrupted and not records:
             return None
-        self._taken(records, epoch)
+        self._taken(records)
+        no_xla = {step for e, step in self._no_xla_calls if e == epoch}
+        for record in records:
+            record.warmup = record.warmup or record.first_step in no_xla
         if self.trial is not None:  # it goes on in the next epoch
             self.trial.new_epoch()
         stats = self.accountant.finish_epoch(records)
@@ -365,9 +373,9 @@ class FitOwner:
     def _train_calls_end(self, interrupted: bool) -> None:
         """The train calls so far are about to be collected."""
 
-    def _taken(self, records: list, epoch: int | None = None) -> None:
-        """A run's records were taken (an epoch's train records with its
-        `epoch`, a validation run's without)."""
+    def _taken(self, records: list) -> None:
+        """A run's records were taken (an epoch's train records, or a
+        validation run's)."""
 
     def _xla_trains(self) -> bool:
         """Whether the train step compiles with XLA now."""

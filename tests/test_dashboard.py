@@ -304,6 +304,10 @@ def test_the_xla_tab_renders_in_a_browser(logs, tmp_path):
     assert len(markers) == len(report.compile_log)
     assert ">partial-last-batch</text>" in dom
     assert ">validation: first compile</text>" in dom
+    # A ring per step that stood out with no compilation to explain it.
+    rings = re.findall(r'<circle [^>]*class="slow ([\w-]+)"', dom)
+    kinds = [s["kind"] for s in views.slow_steps(report)]
+    assert sorted(rings) == sorted(kinds)
     # The first recompilation's details, shown below the chart.
     assert "[16, 16, 4] -> [8, 16, 4]" in dom
     # The two runs side by side: a row per compared figure.

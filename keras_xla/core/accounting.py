@@ -14,6 +14,7 @@ Pure logic: nothing here imports TensorFlow or Keras.
 
 from __future__ import annotations
 
+from keras_xla.core import spikes
 from keras_xla.core.findings import FindingBook
 from keras_xla.core.report import (
     Compilation,
@@ -247,6 +248,10 @@ class Accountant:
                 stats.examples_per_second_overall
             ),
             by_function=by_function,
+        )
+        epoch_stats.spikes = spikes.label(train_records, stats.median_seconds)
+        epoch_stats.unexplained_seconds = spikes.unexplained_seconds(
+            epoch_stats.spikes
         )
         self.report.epochs.append(epoch_stats)
         # Validation finishes before the epoch: restore time order.

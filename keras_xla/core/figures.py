@@ -173,6 +173,17 @@ FIGURES: tuple[Figure, ...] = (
         better=+1,
     ),
     Figure(
+        "unexplained_seconds",
+        "xla/unexplained_seconds",
+        "seconds of train steps that stood out (twice the median and more) "
+        "with no compilation, input wait or warm-up to explain them: a "
+        "host pause, another process, a callback",
+        unit="s",
+        digits=3,
+        better=-1,
+        across="sum",
+    ),
+    Figure(
         "step_time_ms.dispatch_median",
         "xla/dispatch_ms_median",
         "the host's time in a step's call (from its start to its return, "

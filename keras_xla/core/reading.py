@@ -49,6 +49,12 @@ _CONTENTS: dict[tuple[str, str], str | dict[str, str]] = {
     ("ClusteringSection", "clusters"): "int",
     ("HloSection", "largest_unfused"): "str",
     ("ProfileSection", "steps"): "int",
+    ("EpochStats", "spikes"): {
+        "step": "int",
+        "ms": "float",
+        "seconds": "float",
+        "kind": "str",
+    },
     ("Verdict", "next_steps"): {
         "code": "str",
         "seconds": "float | None",

@@ -141,6 +141,22 @@ def epoch_table(report: XLAReport, totals: bool = False) -> list[str]:
     return format_table(rows)
 
 
+def spikes_line(report: XLAReport) -> list[str]:
+    """The train steps that stood out, by what explains them (the
+    seconds of those nothing explains); nothing when none did."""
+    counts: dict[str, int] = {}
+    unexplained = 0.0
+    for e in report.epochs:
+        for spike in e.spikes:
+            counts[spike["kind"]] = counts.get(spike["kind"], 0) + 1
+        unexplained += e.unexplained_seconds
+    if not counts:
+        return []
+    kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
+    tail = f" ({unexplained:.2f} s unexplained)" if unexplained else ""
+    return [f"Steps that stood out: {kinds}{tail}."]
+
+
 def jit_line(report: XLAReport) -> list[str]:
     if report.jit is None:
         return []
@@ -305,6 +321,7 @@ def summary(report: XLAReport, max_findings: int = 3) -> str:
     lines = verdict_lines(report.verdict)
     lines += jit_line(report)
     lines += epoch_table(report)
+    lines += spikes_line(report)
     lines += baseline_line(report.baseline)
     lines += decision_line(report.decision)
     for f in top_findings(report.findings, max_findings):

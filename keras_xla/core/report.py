@@ -142,6 +142,10 @@ class EpochStats:
     compile_cache_hits: int | None = None
     compile_cache_misses: int | None = None
     jit_compile: bool | None = None
+    # Train calls that stood out, each with what explains it
+    # (`core.spikes`), and the seconds nothing explains.
+    spikes: list = dataclasses.field(default_factory=list)
+    unexplained_seconds: float = 0.0
 
 
 @dataclasses.dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from keras_xla.core import compare, figures, reading
+from keras_xla.core import compare, figures, reading, spikes
 from keras_xla.core.report import XLAReport
 from keras_xla.core.signatures import FINDING_CODES
 
@@ -115,6 +115,25 @@ def markers(report: XLAReport) -> list[dict]:
             }
         )
     return out
+
+
+def slow_steps(report: XLAReport) -> list[dict]:
+    """The train calls that stood out and no compilation explains (the
+    compilations have their markers), at their global train step, with
+    their kind (`input`, `warm-up`, `unexplained`), ms and excess
+    seconds."""
+    offsets = epoch_offsets(report)
+    return [
+        {
+            "global_step": offsets[e.epoch][0] + s["step"],
+            "kind": s["kind"],
+            "ms": s["ms"],
+            "seconds": s["seconds"],
+        }
+        for e in report.epochs
+        for s in e.spikes
+        if s["kind"] != spikes.COMPILE
+    ]
 
 
 def baseline_band(report: XLAReport) -> dict | None:
@@ -224,6 +243,7 @@ def run_view(run: str, report: XLAReport, step_times: list) -> dict:
             "train_steps": sum(e.steps for e in report.epochs),
             "series": [[int(s), float(v)] for s, v in step_times],
             "markers": markers(report),
+            "slow_steps": slow_steps(report),
             "baseline": baseline_band(report),
             "recompilations": [
                 {**r, "code": FINDING_CODES.get(r["cause"], r["cause"])}

@@ -78,8 +78,6 @@ class FitRun(FitOwner):
         self._start: Candidate | None = None
         self._start_train = None
         self._start_test = None
-        # (epoch, first step) of the train calls run without XLA.
-        self._no_xla_calls: set[tuple[int, int]] = set()
         self._hlo_done = False
         self._epoch_cache = [0, 0]  # hits, misses
 
@@ -311,9 +309,7 @@ class FitRun(FitOwner):
 
     def _put_side(self, runner, switched: bool, batch: int) -> None:
         """The runner's side trains the call: its train function goes on
-        the model; a no-XLA call is not a steady XLA step."""
-        if not runner.active.jit:
-            self._no_xla_calls.add((self.accountant.epoch, batch))
+        the model."""
         self._put_functions(runner.active)
 
     # Epochs and validation runs.
@@ -321,13 +317,8 @@ class FitRun(FitOwner):
     def _epoch_begins(self, epoch: int) -> None:
         self._epoch_cache = [0, 0]
 
-    def _taken(self, records, epoch: int | None = None) -> None:
+    def _taken(self, records) -> None:
         self._tally_cache(records)
-        if epoch is None:
-            return
-        no_xla = {step for e, step in self._no_xla_calls if e == epoch}
-        for record in records:
-            record.warmup = record.warmup or record.first_step in no_xla
 
     def _xla_trains(self) -> bool:
         return bool(self.report.jit and self.report.jit.enabled)

@@ -196,6 +196,16 @@ function stepChart(view, onSelect) {
       chart.append(dot);
     }
   }
+  // Steps that stood out with no compilation: ringed by what explains
+  // them (a wait for the batch, a warm-up call, nothing).
+  for (const s of view.slow_steps || []) {
+    const ring = svg("circle", { cx: x(s.global_step), cy: y(s.ms), r: 6,
+      class: `slow ${s.kind}` });
+    ring.append(svg("title", {}, document.createTextNode(
+      `step ${s.global_step}: ${num(s.ms)} ms, ${num(s.seconds, 3)} s over ` +
+      `the median: ${SLOW_KINDS[s.kind] || s.kind}`)));
+    chart.append(ring);
+  }
   // Epoch boundaries, faint, named at the bottom.
   let start = 0;
   for (const e of view.epochs) {
@@ -253,6 +263,13 @@ function stepChart(view, onSelect) {
   });
   return chart;
 }
+
+const SLOW_KINDS = {
+  input: "it waited for its batch (the input pipeline)",
+  "warm-up": "a first call, or a baseline's no-XLA call",
+  unexplained: "nothing explains it (a host pause, another process, " +
+    "a callback)",
+};
 
 function baselineText(band) {
   return [

@@ -1,0 +1,75 @@
+"""Every train step that stands out, and what explains it.
+
+A call stands out when each of its steps took at least `FACTOR` times
+the epoch's median step and the call at least `MIN_SECONDS` more than
+its steps at that median. Each is labelled by what the tuner measured
+of it, in this order: it compiled (`COMPILE`, with its causes in the
+report's recompilations), it waited for its batch for at least half the
+excess (`INPUT`, where the wait is timed apart), it was a first call or
+a baseline's no-XLA call (`WARMUP`), or nothing explains it
+(`UNEXPLAINED`: a host pause, another process, a callback, the garbage
+collector). The seconds that nothing explains are an epoch figure
+(`unexplained_seconds`).
+
+Pure logic: nothing here imports TensorFlow, Keras or JAX.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from keras_xla.core.timing import StepRecord, ms
+
+FACTOR = 2.0
+MIN_SECONDS = 0.002
+COMPILE, INPUT, WARMUP, UNEXPLAINED = (
+    "compile",
+    "input",
+    "warm-up",
+    "unexplained",
+)
+KINDS = (COMPILE, INPUT, WARMUP, UNEXPLAINED)
+
+
+def label(
+    records: Sequence[StepRecord], median_seconds: float | None
+) -> list[dict]:
+    """The calls among `records` that stand out against the median step
+    (`median_seconds`), as `{step, ms, seconds, kind}`: the call's first
+    step, its time per step, its excess over the median, what explains
+    it."""
+    if not median_seconds:
+        return []
+    out = []
+    for record in records:
+        excess = record.seconds - median_seconds * record.steps
+        if record.seconds_per_step < FACTOR * median_seconds:
+            continue
+        if excess < MIN_SECONDS:
+            continue
+        if record.new or record.measured_compile_seconds:
+            kind = COMPILE
+        elif record.input_seconds is not None and (
+            record.input_seconds >= excess / 2
+        ):
+            kind = INPUT
+        elif record.warmup:
+            kind = WARMUP
+        else:
+            kind = UNEXPLAINED
+        out.append(
+            {
+                "step": record.first_step,
+                "ms": ms(record.seconds_per_step),
+                "seconds": round(excess, 4),
+                "kind": kind,
+            }
+        )
+    return out
+
+
+def unexplained_seconds(spikes: Sequence[dict]) -> float:
+    """The excess seconds of the spikes nothing explains."""
+    return round(
+        sum(s["seconds"] for s in spikes if s["kind"] == UNEXPLAINED), 4
+    )
