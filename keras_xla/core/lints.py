@@ -54,6 +54,9 @@ def dispatch_bound(
 # A step that waits this share of its time for its batch is input-bound:
 # XLA speeds up the rest only.
 INPUT_SHARE = 0.3
+# ... and waits at least this long (ms): a shorter wait is the data
+# loop's own cost on a step too short to feed (`dispatch-bound-steps`).
+INPUT_MIN_MS = 1.0
 INPUT_FIX = (
     "Feed the step faster. tf.data: end the pipeline with "
     "`.prefetch(tf.data.AUTOTUNE)`, map with "
@@ -68,12 +71,12 @@ def input_bound(
     median_ms: float | None, input_ms: float | None
 ) -> tuple[str, str] | None:
     """A step that waits `INPUT_SHARE` or more of its median time
-    (`median_ms`) for its batch (`input_ms`, the median wait, where it is
-    measured apart)."""
+    (`median_ms`), and `INPUT_MIN_MS` or more, for its batch (`input_ms`,
+    the median wait, where it is measured apart)."""
     if not median_ms or input_ms is None:
         return None
     share = min(input_ms / median_ms, 1.0)
-    if share < INPUT_SHARE:
+    if share < INPUT_SHARE or input_ms < INPUT_MIN_MS:
         return None
     return (
         f"Each train step waits {input_ms:.2f} ms of its {median_ms:.2f} ms "

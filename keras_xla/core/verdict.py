@@ -127,7 +127,13 @@ def headline(report: XLAReport, v: Verdict) -> str:
     compiling cost more than the run could save)."""
     text = _headline(report, v)
     share = v.input_share
-    if v.xla_enabled and share is not None and share >= lints.INPUT_SHARE:
+    wait_ms = share * v.xla_step_ms if share and v.xla_step_ms else 0.0
+    if (
+        v.xla_enabled
+        and share is not None
+        and share >= lints.INPUT_SHARE
+        and wait_ms >= lints.INPUT_MIN_MS
+    ):
         rest = ""
         if v.compute_speedup is not None and v.speedup is not None:
             rest = (
