@@ -43,6 +43,10 @@ class XLATuner(keras.callbacks.Callback):
     clusters' compilations counted too. Every run ends with a verdict
     (`report.verdict`): did XLA pay off against a no-XLA baseline measured
     in the same run, by how much, and the next step worth the most seconds.
+    Each train step that stood out is labelled by what explains it
+    (`report.epochs[i].spikes`: a compilation, a wait for its batch, a
+    warm-up call, or nothing), and a step that mostly waits for its batch
+    is `input-bound`: the verdict then puts the input first.
 
     Logged metrics (TensorBoard scalars in `<log_dir>/train`, one point per
     epoch, step = epoch): the figures of `keras_xla.core.figures.FIGURES`

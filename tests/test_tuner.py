@@ -541,10 +541,10 @@ def test_no_spike_without_a_compilation_over_three_epochs(
         }
 
     compiled = steps(lambda r: r.compiled)
-    # The baseline window's no-XLA step function, at its first call,
-    # builds its graph: the one other first call of the fit.
+    # The baseline windows' no-XLA calls (the first builds its graph)
+    # are warm-ups, not steady XLA steps: all in the first epoch.
     warmup = steps(lambda r: r.warmup and not r.compiled)
-    assert compiled == {0} and len(warmup) == 1 and max(warmup) < 20
+    assert compiled == {0} and warmup and max(warmup) < 20
     # A generous factor: what stands out is a compilation (or that first
     # call), nothing else.
     standing_out = {s for s, t in step_ms.items() if t > 20 * median}

@@ -180,8 +180,6 @@ FIGURES: tuple[Figure, ...] = (
         "host pause, another process, a callback",
         unit="s",
         digits=3,
-        better=-1,
-        across="sum",
     ),
     Figure(
         "step_time_ms.dispatch_median",
