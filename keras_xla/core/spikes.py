@@ -5,8 +5,9 @@ the epoch's median step and the call at least `MIN_SECONDS` more than
 its steps at that median. Each is labelled by what the tuner measured
 of it, in this order: it compiled (`COMPILE`, with its causes in the
 report's recompilations), it waited for its batch for at least half the
-excess (`INPUT`, where the wait is timed apart), it was a first call or
-a baseline's no-XLA call (`WARMUP`), or nothing explains it
+excess (`INPUT`, where the wait is timed apart), it was a first call (of
+a function, or of an epoch) or a baseline's no-XLA call (`WARMUP`), or
+nothing explains it
 (`UNEXPLAINED`: a host pause, another process, a callback, the garbage
 collector). The seconds that nothing explains are an epoch figure
 (`unexplained_seconds`).
@@ -53,7 +54,10 @@ def label(
             record.input_seconds >= excess / 2
         ):
             kind = INPUT
-        elif record.warmup:
+        elif record.warmup or record.first_step == 0:
+            # A function's first call, a baseline's no-XLA call, or an
+            # epoch's first call (its iterator starts, its prefetch
+            # fills; TensorFlow's wait for it is not timed apart).
             kind = WARMUP
         else:
             kind = UNEXPLAINED

@@ -264,9 +264,14 @@ function stepChart(view, onSelect) {
   return chart;
 }
 
+const SLOW_NAMES = {
+  input: "input wait", "warm-up": "warm-up", unexplained: "unexplained",
+};
+
 const SLOW_KINDS = {
   input: "it waited for its batch (the input pipeline)",
-  "warm-up": "a first call, or a baseline's no-XLA call",
+  "warm-up": "a first call (of a function or an epoch), or a baseline's " +
+    "no-XLA call",
   unexplained: "nothing explains it (a host pause, another process, " +
     "a callback)",
 };
@@ -342,6 +347,9 @@ function chartCard(view) {
     el("span", { class: "key validation", text: "validation compile" }),
     ...(view.baseline ? [el("span", { class: "key baseline",
       text: "no-XLA baseline windows" })] : []),
+    ...[...new Set((view.slow_steps || []).map((s) => s.kind))].map(
+      (kind) => el("span", { class: `key slow ${kind}`,
+        text: `slow: ${SLOW_NAMES[kind] || kind}` })),
     el("span", { class: "muted", text: "xla/step_time_ms, log scale" }),
   );
   let details = markerDetails(null);
