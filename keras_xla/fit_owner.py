@@ -161,7 +161,7 @@ class FitOwner:
             return
         if not runner.active.jit:
             self._no_xla_calls.add((self.accountant.epoch, batch))
-        self._put_side(runner, outcome is Next.SWITCHED, batch)
+        self._put_side(runner, outcome is Next.SWITCHED)
 
     def _finish_trial(self) -> None:
         """The windows are over: the trial's decision or the baseline's
@@ -331,8 +331,8 @@ class FitOwner:
 
     # What a backend supplies. Those with a body do nothing by default.
 
-    def _put_side(self, runner: Any, switched: bool, batch: int) -> None:
-        """The runner's `active` candidate trains the call at `batch`
+    def _put_side(self, runner: Any, switched: bool) -> None:
+        """The runner's `active` candidate trains the next call
         (`switched`: the runner just changed the model's configuration)."""
         raise NotImplementedError
 

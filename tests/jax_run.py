@@ -89,6 +89,7 @@ def summary(tuner, start):
                 "tuner": e.step_time_ms["tuner_median"],
                 "input": e.step_time_ms["input_median"],
                 "input_share": e.step_time_ms["input_share"],
+                "spikes": e.spikes,
                 "hits": e.compile_cache_hits,
                 "misses": e.compile_cache_misses,
             }

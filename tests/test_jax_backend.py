@@ -668,6 +668,10 @@ def test_a_known_step_time_and_the_verdict_against_separate_fits(timed):
     low, high = verdict["speedup_low"], verdict["speedup_high"]
     assert low <= verdict["speedup"] <= high
     assert low / 1.1 <= truth <= high * 1.1
+    # On a 20 ms step, the compiling first call stands out as a
+    # compilation (JAX's own event), at step 0.
+    first = {s["step"]: s["kind"] for s in result["epochs"][0]["spikes"]}
+    assert first[0] == "compile"
     baseline = result["baseline"]
     assert baseline["no_xla_step_ms"] >= 40.0
     assert baseline["xla_step_ms"] >= 20.0

@@ -272,6 +272,11 @@ THROUGHPUT_OVERALL = BY_KEY["examples_per_second_overall"]
 MEDIAN_STEP = BY_KEY["step_time_ms.median"]
 
 
+def tags(when: str) -> tuple[str, ...]:
+    """The tags of the figures written `when`."""
+    return tuple(f.tag for f in FIGURES if f.tag and f.when == when)
+
+
 def scalars(stats: Any, hlo: dict | None = None) -> dict[str, float]:
     """The epoch's `xla/*` scalars: each tagged figure that has a value
     (one not measured here, such as the HLO's before its analysis, or

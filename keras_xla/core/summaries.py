@@ -22,18 +22,10 @@ from keras_xla.core import figures, render
 
 # Scalar tags, one point per epoch: the figures of `core.figures`, by
 # when they are written.
-SCALAR_TAGS = tuple(
-    f.tag for f in figures.FIGURES if f.tag and f.when == figures.EVERY_EPOCH
-)
-HLO_TAGS = tuple(
-    f.tag for f in figures.FIGURES if f.tag and f.when == figures.AFTER_HLO
-)
-CACHE_TAGS = tuple(
-    f.tag for f in figures.FIGURES if f.tag and f.when == figures.WITH_CACHE
-)
-APART_TAGS = tuple(
-    f.tag for f in figures.FIGURES if f.tag and f.when == figures.APART
-)
+SCALAR_TAGS = figures.tags(figures.EVERY_EPOCH)
+HLO_TAGS = figures.tags(figures.AFTER_HLO)
+CACHE_TAGS = figures.tags(figures.WITH_CACHE)
+APART_TAGS = figures.tags(figures.APART)
 FINDINGS_TAG = "xla/findings"
 DECISION_TAG = "xla/decision"
 VERDICT_TAG = "xla/verdict"

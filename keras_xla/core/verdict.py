@@ -13,9 +13,9 @@ Pure logic: nothing here imports TensorFlow or Keras.
 from __future__ import annotations
 
 import math
+import statistics
 
 from keras_xla.core import findings as codes
-from keras_xla.core import lints
 from keras_xla.core.report import Verdict, XLAReport
 from keras_xla.core.signatures import FINDING_CODES
 
@@ -96,12 +96,12 @@ def build(report: XLAReport) -> Verdict:
 def input_wait_ms(report: XLAReport) -> float | None:
     """The median over epochs of each step's wait for its batch (ms),
     where it was measured apart (None elsewhere)."""
-    waits = sorted(
+    waits = [
         e.step_time_ms["input_median"]
         for e in report.epochs
         if (e.step_time_ms or {}).get("input_median") is not None
-    )
-    return waits[len(waits) // 2] if waits else None
+    ]
+    return statistics.median(waits) if waits else None
 
 
 def no_xla_bound_ms(report: XLAReport) -> float | None:
@@ -127,13 +127,10 @@ def headline(report: XLAReport, v: Verdict) -> str:
     compiling cost more than the run could save)."""
     text = _headline(report, v)
     share = v.input_share
-    wait_ms = share * v.xla_step_ms if share and v.xla_step_ms else 0.0
-    if (
-        v.xla_enabled
-        and share is not None
-        and share >= lints.INPUT_SHARE
-        and wait_ms >= lints.INPUT_MIN_MS
-    ):
+    # The input comes first where the epochs were found input-bound
+    # (`lints.input_bound`'s rule).
+    input_bound = codes.INPUT_BOUND in report.finding_codes()
+    if v.xla_enabled and share is not None and input_bound:
         rest = ""
         if v.compute_speedup is not None and v.speedup is not None:
             rest = (

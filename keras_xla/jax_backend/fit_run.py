@@ -112,8 +112,8 @@ class FitRun(FitOwner):
             self.book.add(code, message, fix, place)
         for code, message, fix, place in environment.precision_findings(model):
             self.book.add(code, message, fix, place)
-        jit = bool(model.jit_compile) and not model.run_eagerly
-        self._start = Candidate(jit, model.dtype_policy.name)
+        self._start = self._configuration()
+        jit = self._start.jit
         if changed or jit_changed or model.train_function is None:
             functions = self._built(bool(model.jit_compile), self._start.policy)
             model.train_function, model.test_function = functions
@@ -307,7 +307,7 @@ class FitRun(FitOwner):
 
     # Per step.
 
-    def _put_side(self, runner, switched: bool, batch: int) -> None:
+    def _put_side(self, runner, switched: bool) -> None:
         """The runner's side trains the call: its train function goes on
         the model."""
         self._put_functions(runner.active)
@@ -317,13 +317,11 @@ class FitRun(FitOwner):
     def _epoch_begins(self, epoch: int) -> None:
         self._epoch_cache = [0, 0]
 
-    def _taken(self, records) -> None:
-        self._tally_cache(records)
-
     def _xla_trains(self) -> bool:
         return bool(self.report.jit and self.report.jit.enabled)
 
-    def _tally_cache(self, records) -> None:
+    def _taken(self, records) -> None:
+        """The records' cache hits and misses count in the epoch."""
         self._epoch_cache[0] += sum(r.cache_hits for r in records)
         self._epoch_cache[1] += sum(len(r.new) for r in records)
 

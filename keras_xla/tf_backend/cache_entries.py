@@ -61,10 +61,11 @@ def claim(directory: str, ledger: str) -> None:
 
 
 def _belongs(name: str, directory: str) -> bool:
-    """Whether the ledger's entry `name` is `directory`'s to save: it
-    was compiled while that cache was in force (or before any was)."""
+    """Whether the ledger's entry `name` is `directory`'s (an absolute
+    path) to save: it was compiled while that cache was in force (or
+    before any was)."""
     owner = _OWNER.get(name, _CURRENT)
-    return owner is None or owner == os.path.abspath(directory)
+    return owner is None or owner == directory
 
 
 def _regular(path: str) -> bool:
@@ -166,10 +167,10 @@ def copy_out(ledger: str, directory: str) -> tuple[list[str], str | None]:
     `(names copied, why copying stopped or None)`. Never raises: a full
     disk stops the copy, and no partial file is left."""
     have = {os.path.basename(p) for p in compile_ledger.entries(directory)}
-    copied = []
+    copied, target = [], os.path.abspath(directory)
     for path in sorted(compile_ledger.entries(ledger)):
         name = os.path.basename(path)
-        if name in have or name in _IMPORTED or not _belongs(name, directory):
+        if name in have or name in _IMPORTED or not _belongs(name, target):
             continue
         try:
             data = cache_entry.read_bytes(path)

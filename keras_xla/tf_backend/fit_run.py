@@ -240,7 +240,7 @@ class FitRun(FitOwner):
         else:
             self._settle(outcome, None)
 
-    def _put_side(self, runner, switched: bool, batch: int) -> None:
+    def _put_side(self, runner, switched: bool) -> None:
         if switched:
             self._prepare_functions(("train",))
         if runner.unknown_length and not runner.active.jit:
