@@ -9,7 +9,11 @@ After a warm-up fit each, they are fit for 200 steps in alternating
 order, `--rounds` times; printed: each fit's wall time per step, in
 order, and each copy's median.
 
-Run: python benchmarks/jax_no_xla_drift.py [--rounds 6]
+With `--clear-at N`, `jax.clear_caches()` runs before round N: the
+drift is JAX's caches growing with every op-by-op call (the rounds after
+it are as fast as the first again, once the first recompiles).
+
+Run: python benchmarks/jax_no_xla_drift.py [--rounds 6] [--clear-at N]
 """
 
 import argparse
@@ -40,6 +44,7 @@ def build(jit):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--clear-at", type=int, default=None)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     x = rng.random((BATCH * STEPS, 32), dtype=np.float32)
@@ -55,6 +60,10 @@ def main():
         model.fit(x, y, batch_size=BATCH, verbose=0)
     times = {name: [] for name in copies}
     for r in range(args.rounds):
+        if r == args.clear_at:
+            import jax
+
+            jax.clear_caches()
         order = list(copies) if r % 2 == 0 else list(copies)[::-1]
         for name in order:
             start = time.perf_counter()

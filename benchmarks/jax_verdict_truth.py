@@ -22,6 +22,15 @@ block on token ids (keras-io's text classifier: 200 tokens, batch 32)
 and a Dense layer on 32 features (keras-io's custom train_step in JAX
 guide: batch 32), where the step is shorter than its dispatch.
 
+Every fit of interest starts with `jax.clear_caches()`, as in a fresh
+process: JAX's op-by-op dispatch (Keras's `jit_compile=False`) slows as
+its caches grow within a process (`benchmarks/jax_no_xla_drift.py
+--clear-at N` shows it: the no-XLA Dense step went from 11 to 25 ms over
+ten 200-step fits, and back to 14 ms after the caches were cleared), so
+a no-XLA fit late in a process is slower than the same fit in a user's
+own run. Each separate block is therefore cleared and warmed up (three
+untimed steps, which compile) before it is timed.
+
 Run: python benchmarks/jax_verdict_truth.py [--blocks 4] [--models ...]
 """
 
@@ -147,14 +156,21 @@ def built(name, jit):
     return model
 
 
+def fresh(model, x, y, batch):
+    """As in a fresh process: JAX's caches cleared, then three untimed
+    steps (the step compiles again)."""
+    import jax
+
+    jax.clear_caches()
+    model.fit(x[: 3 * batch], y[: 3 * batch], batch_size=batch, verbose=0)
+
+
 def separate(name, blocks):
     """Median step without and with XLA (alternating blocks), and the
     speedup of each block pair."""
     _, data, batch, _, steps, _ = MODELS[name]
     x, y = data(batch * steps)
     models = {False: built(name, False), True: built(name, True)}
-    for model in models.values():  # warm-up: compile, settle
-        model.fit(x, y, batch_size=batch, epochs=2, verbose=0)
     pooled = {False: [], True: []}
     walls = {False: [], True: []}
     speedups = []
@@ -162,6 +178,7 @@ def separate(name, blocks):
         medians = {}
         order = (False, True) if block % 2 == 0 else (True, False)
         for jit in order:
+            fresh(models[jit], x, y, batch)
             clock = StepClock()
             models[jit].fit(
                 x, y, batch_size=batch, verbose=0, callbacks=[clock]
@@ -169,6 +186,7 @@ def separate(name, blocks):
             pooled[jit] += clock.seconds[1:]
             medians[jit] = statistics.median(clock.seconds[1:])
             # The loop's own period: a fit with no callback of ours.
+            fresh(models[jit], x, y, batch)
             start = time.perf_counter()
             models[jit].fit(x, y, batch_size=batch, verbose=0)
             walls[jit].append((time.perf_counter() - start) / steps)
@@ -186,6 +204,9 @@ def tuned(name, **kwargs):
     _, data, batch, _, _, steps = MODELS[name]
     x, y = data(batch * steps // 2)
     model = built(name, True)
+    import jax
+
+    jax.clear_caches()  # as in a fresh process (above)
     with tempfile.TemporaryDirectory() as log_dir:
         tuner = keras_xla.XLATuner(log_dir=log_dir, verbose=0, **kwargs)
         model.fit(
