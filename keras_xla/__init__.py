@@ -16,6 +16,7 @@ _backends.at_import()
 _EXPORTS = {
     "XLAModel": "keras_xla.backends",
     "XLARecompilationWarning": "keras_xla.core.findings",
+    "XLARecompileStormError": "keras_xla.core.guard",
     "XLAReport": "keras_xla.core.report",
     "XLATuner": "keras_xla.tuner",
     "check_flags": "keras_xla.tf_backend.flags",

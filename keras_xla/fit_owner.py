@@ -26,6 +26,7 @@ from typing import Any
 from keras_xla.auto.policy import Status
 from keras_xla.auto.runner import Decided, Measured, Next
 from keras_xla.core import findings as codes
+from keras_xla.core import guard as guard_lib
 from keras_xla.core import lints, render, summaries
 from keras_xla.core import report as report_lib
 from keras_xla.core import verdict as verdict_lib
@@ -35,6 +36,8 @@ from keras_xla.fit_outputs import FitOutputs
 
 # The baseline section's reason when the fit ended in its windows.
 ENDED_REASON = "the fit ended during the no-XLA baseline window"
+# Why a trial or baseline window ended early on a recompilation storm.
+GUARD_REASON = "the recompilation guard found a storm"
 
 
 class FitOwner:
@@ -84,6 +87,16 @@ class FitOwner:
         # (epoch, first step) of the train calls a trial or baseline ran
         # without XLA: not steady XLA steps.
         self._no_xla_calls: set[tuple[int, int]] = set()
+        # The recompilation guard, the epoch's train records it has seen,
+        # a storm found while a trial ran (acted on after it), and the
+        # last train call's start and length (the guard looks at calls
+        # long enough to have compiled).
+        budget = settings.max_recompilations
+        self.guard = guard_lib.RecompileGuard(budget) if budget else None
+        self._guarded = 0
+        self._storm: Any = None
+        self._train_began: float | None = None
+        self._train_seconds = 0.0
 
     # The fit's start and end.
 
@@ -128,12 +141,18 @@ class FitOwner:
     # Per step: the clock is read first.
 
     def step_begin(self, function: str, batch: int) -> None:
+        if self.active and function == "train" and self.guard is not None:
+            # Before this call's clock: a look after a compilation is
+            # charged to the call that compiled, not to this one.
+            self._watch_storm(batch)
         now = time.perf_counter()
         if not self.active:
             return
-        if function == "train" and self.trial is not None:
-            self.log.close(now)
-            self._trial_step(batch)
+        if function == "train":
+            if self.trial is not None:
+                self.log.close(now)
+                self._trial_step(batch)
+            self._train_began = now
         self._call_begins(function, now)
         self.log.begin(function, batch, now)
 
@@ -144,6 +163,8 @@ class FitOwner:
         now = time.perf_counter()
         if self.active:
             self.log.complete(function, batch, now)
+            if function == "train" and self._train_began is not None:
+                self._train_seconds = now - self._train_began
             self._call_ended()
 
     # The trial and the baseline windows.
@@ -192,23 +213,32 @@ class FitOwner:
         self.report.environment["policy"] = self.model.dtype_policy.name
         self.outputs.decided = True
 
-    def _abandon_trial(self) -> Any:
-        """The fit ended before the trial (or the baseline window) ended:
-        nothing was chosen (nothing measured); returns the runner."""
+    def _abandon_trial(self, why: str | None = None) -> Any:
+        """The fit ended before the trial (or the baseline window) ended,
+        or `why` it ended early: nothing was chosen (nothing measured);
+        returns the runner."""
         runner, self.trial = self.trial, None
         if runner is None:
             return None
         if runner.keep is not None:
             self.report.baseline = report_lib.BaselineSection(
-                reason=ENDED_REASON
+                reason=f"{why} during the no-XLA baseline window"
+                if why
+                else ENDED_REASON
             )
         else:
             self.book.add(
                 codes.TRIAL_SKIPPED,
-                "The fit ended before the XLA/precision trial decided: "
+                f"{why.capitalize()} during the XLA/precision trial: it "
+                "did not decide."
+                if why
+                else "The fit ended before the XLA/precision trial decided: "
                 "nothing was chosen, and the model is left as you "
                 "compiled it.",
-                "Let the fit run past the trial's steps.",
+                "Give the inputs fixed shapes (the recompile-storm "
+                "finding's fix)."
+                if why
+                else "Let the fit run past the trial's steps.",
             )
         self._abandoned(runner)
         return runner
@@ -263,6 +293,9 @@ class FitOwner:
         if interrupted and not records:
             return None
         self._taken(records)
+        if self.guard is not None:
+            self._observe(records)
+        self._guarded = 0
         no_xla = {step for e, step in self._no_xla_calls if e == epoch}
         for record in records:
             record.warmup = record.warmup or record.first_step in no_xla
@@ -329,7 +362,124 @@ class FitOwner:
         """The epoch's last stage: the verdict so far."""
         self.report.verdict = verdict_lib.build(self.report)
 
+    # The recompilation guard.
+
+    def _storm_check_due(self) -> bool:
+        """Whether the last train call may have compiled: it ran long
+        enough (`guard.CHECK_SECONDS`, and twice the typical call) while
+        XLA trains. (JAX knows from its compile events.)"""
+        typical = self.guard.typical_seconds or 0.0
+        return (
+            self._train_seconds >= max(guard_lib.CHECK_SECONDS, 2 * typical)
+            and self.guard.storm is None
+            and self._xla_trains()
+        )
+
+    def _watch_storm(self, batch: int) -> None:
+        """Before train step `batch`: where the last call may have
+        compiled, the calls so far are collected and shown to the guard;
+        a storm is acted on now, before the step (a trial or baseline
+        window running ends: XLA's side of it is the storm)."""
+        if self._storm_check_due():
+            self._train_seconds = 0.0
+            self.log.close(time.perf_counter())  # the last call ended
+            self._observe(self.log.collect("train", next_step=batch))
+        if self._storm is not None:
+            storm, self._storm = self._storm, None
+            if self.trial is not None:
+                self._abandon_trial(GUARD_REASON)
+            self._act_on_storm(storm, batch)
+
+    def _observe(self, records: list) -> None:
+        """The epoch's train records the guard has not seen yet."""
+        new, self._guarded = records[self._guarded :], len(records)
+        storm = self.guard.observe(
+            new, self._xla_saved_seconds(), self.accountant.epoch
+        )
+        if storm is not None:
+            self._storm = storm
+
+    def _xla_saved_seconds(self) -> float:
+        """What XLA saved so far: the baseline's difference per step times
+        the steps trained (0 before the baseline measured, or where XLA
+        was the slower)."""
+        b = self.report.baseline
+        if b is None or b.no_xla_step_ms is None or b.xla_step_ms is None:
+            return 0.0
+        steps = sum(e.steps for e in self.report.epochs) + self._guarded
+        return max(b.no_xla_step_ms - b.xla_step_ms, 0.0) / 1000.0 * steps
+
+    def _remaining_calls(self, epoch: int, step: int) -> int | None:
+        """The fit's train calls from `step` of `epoch` on (None:
+        unknown)."""
+        steps, epochs = self.params.get("steps"), self.params.get("epochs")
+        if not steps or not epochs:
+            return None
+        spe = int(getattr(self.model, "steps_per_execution", 1) or 1)
+        left = (epochs - epoch) * steps - step
+        return max(left, 0) // spe
+
+    def _act_on_storm(self, storm: Any, batch: int) -> None:
+        """The guard found a storm; train step `batch` is next:
+        `on_recompile_storm` says what to do (fall back to no XLA from
+        that step, raise, or warn)."""
+        action = self.settings.on_recompile_storm
+        epoch = self.accountant.epoch
+        count, seconds = storm.projected(self._remaining_calls(epoch, batch))
+        self.report.guard = report_lib.GuardSection(
+            action=action,
+            budget=self.guard.budget,
+            epoch=storm.epoch,
+            step=storm.step,
+            recompilations=storm.recompilations,
+            compile_seconds=storm.compile_seconds,
+            saved_seconds=storm.saved_seconds,
+            window=storm.window,
+            compiled=storm.compiled,
+            input=storm.input,
+            dim=storm.dim,
+            cause=storm.cause,
+            values=storm.values,
+            projected_compilations=round(count, 1),
+            projected_seconds=round(seconds, 2),
+            off_from=[epoch, batch] if action == "fallback" else [],
+        )
+        message, fix = storm.message(), storm.fix(self.guard.budget)
+        place = (storm.function, storm.input, storm.dim)
+        if action == "raise":
+            self.book.add(codes.RECOMPILE_STORM, message, fix, place)
+            self.interrupted()
+            raise guard_lib.XLARecompileStormError(f"{message} Fix: {fix}")
+        if action == "warn":
+            message += " Training goes on with XLA (on_recompile_storm='warn')."
+            self.book.add(codes.RECOMPILE_STORM, message, fix, place)
+            return
+        avoided = (
+            f" At that rate the rest of the fit would have compiled about "
+            f"{count:.0f} more times ({seconds:.1f} s)."
+            if count
+            else ""
+        )
+        message += (
+            f" XLA is off from epoch {epoch}, step {batch} on "
+            f"(on_recompile_storm='fallback').{avoided}"
+        )
+        self.book.add(codes.RECOMPILE_STORM, message, fix, place)
+        self._fall_back()
+        if self.report.jit is not None:
+            self.report.jit.enabled = False
+            self.report.jit.reason = (
+                f"the recompilation guard turned XLA off at epoch {epoch}, "
+                f"step {batch}: {storm.function} "
+                f"kept compiling for new shapes of {storm.where()}"
+            )
+
     # What a backend supplies. Those with a body do nothing by default.
+
+    def _fall_back(self) -> None:
+        """The rest of the fit trains without XLA, from the next call: the
+        model's step functions without XLA (of its precision)."""
+        raise NotImplementedError
 
     def _put_side(self, runner: Any, switched: bool) -> None:
         """The runner's `active` candidate trains the next call

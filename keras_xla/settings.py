@@ -21,6 +21,7 @@ from keras_xla import xla_setting
 from keras_xla.auto import memory as decision_memory
 from keras_xla.auto import runner as auto_runner
 from keras_xla.auto.policy import AUTO, validate_budget
+from keras_xla.core import guard
 from keras_xla.core.cache_directory import CacheStatus
 from keras_xla.tf_backend import compile_cache as cache_lib
 from keras_xla.tf_backend import flag_guard
@@ -40,6 +41,8 @@ class Settings:
     verbose: int
     compile_cache: str | None
     on_unsupported: str
+    max_recompilations: int | None
+    on_recompile_storm: str
     analyze_hlo: bool | str
     peak_flops: float | str | None
     profile_steps: tuple[int, int] | None
@@ -66,6 +69,7 @@ class Settings:
                 "log_dir": None if log_dir is None else os.fspath(log_dir),
                 "profile_steps": check_profile_steps(steps) if steps else None,
                 "trial_budget": as_int(a["trial_budget"]),
+                "max_recompilations": as_int(a["max_recompilations"]),
                 **{name: bool(a[name]) for name in FLAGS},
             }
         )
@@ -172,6 +176,7 @@ def check_arguments(**arguments: Any) -> None:
         ("jit_compile", (*xla_setting.JIT_CHOICES, "auto")),
         ("verbose", (0, 1)),
         ("on_unsupported", UNSUPPORTED_CHOICES),
+        ("on_recompile_storm", guard.ACTIONS),
         ("analyze_hlo", (True, False, "compile")),
     ):
         value = a[name]
@@ -204,6 +209,16 @@ def check_arguments(**arguments: Any) -> None:
                 f"({meaning}) or False."
             )
     validate_budget(as_int(a["trial_budget"]))
+    budget = as_int(a["max_recompilations"])
+    if budget is not None and (
+        not isinstance(budget, int) or isinstance(budget, bool) or budget < 1
+    ):
+        raise ValueError(
+            f"Unsupported value `XLATuner(max_recompilations={budget!r})`: "
+            "pass the recompilations a step function may make before the "
+            f"guard acts (an integer >= 1, e.g. {guard.DEFAULT_BUDGET}), or "
+            "None for no guard."
+        )
     if mixed_precision not in (None, AUTO):
         precision_lib.float_policy(mixed_precision, "XLATuner(mixed_precision")
 

@@ -20,6 +20,7 @@ from keras.src.utils import io_utils
 
 from keras_xla import backends
 from keras_xla.core import findings as codes
+from keras_xla.core.guard import DEFAULT_BUDGET, XLARecompileStormError
 from keras_xla.core.report import XLAReport
 from keras_xla.settings import ARGUMENTS, Settings
 from keras_xla.tf_backend.profiler import on_error
@@ -70,6 +71,7 @@ class XLATuner(keras.callbacks.Callback):
     `unsupported-op`, `auto-clustering-inactive`,
     `auto-clustering-uncounted`; cost `dispatch-bound-steps`,
     `tuner-overhead`, `input-bound`, `compile-dominates`,
+    `recompile-storm`,
     `tensor-core-alignment`; precision `policy-set-after-build`,
     `low-precision-output`, `missing-loss-scale`, `float16-on-cpu`,
     `bf16-without-hardware-support`; flags `unknown-xla-flag`,
@@ -125,6 +127,21 @@ class XLATuner(keras.callbacks.Callback):
             `unsupported-op` finding (op, layer, source line) and trains on
             without XLA; `"raise"` raises `XLAUnsupportedOpError`.
             Defaults to `"fallback"`.
+        max_recompilations: The recompilation guard's budget: a train
+            step that recompiled more than this many times for new
+            shapes, still compiles for at least half of its last
+            `2 * max_recompilations` calls (its shapes do not repeat),
+            and has cost more seconds compiling than XLA saved, is a
+            storm (`recompile-storm`, `report.guard`). The default, 8, is
+            PyTorch's recompile limit; a pipeline of up to 9 buckets never
+            reaches it. `None` turns the guard off. Defaults to `8`.
+        on_recompile_storm: What the guard does: `"fallback"` trains the
+            rest of the fit without XLA from the next step (no step is
+            lost, no shape compiles again; the summary says when, why and
+            the compiling avoided, projected from the storm's rate);
+            `"raise"` raises `XLARecompileStormError` naming the input,
+            the dimension and the fix; `"warn"` only warns. Defaults to
+            `"fallback"`.
         analyze_hlo: After the first epoch, analyze the optimized HLO of
             the train step XLA compiled for that epoch's shapes
             (`report.hlo`, the module under `<log_dir>/hlo/`), read from
@@ -201,6 +218,8 @@ class XLATuner(keras.callbacks.Callback):
         verbose: int = 1,
         compile_cache: str | os.PathLike | None = None,
         on_unsupported: str = "fallback",
+        max_recompilations: int | None = DEFAULT_BUDGET,
+        on_recompile_storm: str = "fallback",
         analyze_hlo: bool | str = True,
         peak_flops: float | str | None = None,
         profile_steps: tuple[int, int] | None = None,
@@ -346,7 +365,7 @@ class XLATuner(keras.callbacks.Callback):
         try:
             return fn(*args)
         except Exception as error:  # noqa: BLE001
-            if self.strict or isinstance(error, XLAUnsupportedOpError):
+            if self.strict or isinstance(error, _USERS_ERRORS):
                 raise
             logger.exception("keras_xla: XLATuner failed in %s", hook)
             self._run.book.add(
@@ -358,6 +377,10 @@ class XLATuner(keras.callbacks.Callback):
             )
             return None
 
+
+# What the tuner raises because the user asked it to (`on_unsupported`,
+# `on_recompile_storm`): never swallowed as its own failure.
+_USERS_ERRORS = (XLAUnsupportedOpError, XLARecompileStormError)
 
 # The callback-list hooks Keras's fit loop calls.
 _LOOP_HOOKS = tuple(

@@ -19,6 +19,12 @@ scenarios as one JSON object on the last line.
 - `unknown`: a generator of unknown length, two epochs.
 - `auto`: `jit_compile="auto"` on `partial`'s data.
 - `cache`: `compile_cache` in a new directory: every compilation a miss.
+- `storm`: 30 batches padded to lengths that never repeat (8, 9, 10,
+  ...): the recompilation guard falls back to no XLA after its budget
+  (the baseline window ends there); every step trains, and the weights
+  are those of a fit without XLA. `storm_raise` and `storm_warn` act as
+  named; `buckets` cycles through 6 lengths (under the budget):
+  untouched.
 """
 
 import json
@@ -139,6 +145,72 @@ def unknown(log_dir):
     return tuner.report
 
 
+class Lengths(keras.utils.PyDataset):
+    """Token batches of the given lengths, in order."""
+
+    def __init__(self, lengths):
+        super().__init__()
+        self.lengths = lengths
+
+    def __len__(self):
+        return len(self.lengths)
+
+    def __getitem__(self, i):
+        rng = np.random.default_rng(i)
+        x = rng.integers(1, 50, (4, self.lengths[i])).astype("int32")
+        return x, rng.random((4, 1)).astype("float32")
+
+
+def tokens(width, jit=True):
+    """A token model whose program differs by `width` (JAX reuses a
+    program compiled for another model of the same HLO in the process)."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((None,), dtype="int32"),
+            keras.layers.Embedding(50, width),
+            keras.layers.GlobalAveragePooling1D(),
+            keras.layers.Dense(1),
+        ]
+    )
+    model.compile("sgd", "mse", jit_compile=jit)
+    return model
+
+
+def guarded(log_dir, width, lengths, **tuner_args):
+    """A fit on batches of `lengths` under the guard: its report's
+    summary with the guard's section, the steps trained, an error raised,
+    the steps that compiled, and how far the weights are from a fit
+    without XLA."""
+    model = tokens(width)
+    tuner = keras_xla.XLATuner(log_dir=log_dir, verbose=0, **tuner_args)
+    raised = None
+    try:
+        model.fit(Lengths(lengths), shuffle=False, verbose=0, callbacks=[tuner])
+    except keras_xla.XLARecompileStormError as error:
+        raised = str(error)
+    plain = tokens(width, jit=False)
+    plain.fit(Lengths(lengths), shuffle=False, verbose=0)
+    apart = max(
+        float(np.max(np.abs(a - b)))
+        for a, b in zip(model.get_weights(), plain.get_weights())
+    )
+    report = tuner.report
+    guard = report.guard.to_dict() if report.guard else None
+    return summary(
+        report,
+        guard=guard,
+        steps=int(model.optimizer.iterations.numpy()),
+        raised=raised,
+        compiled_at=[c.step for c in report.compile_log],
+        weights_apart=apart,
+        jit_enabled=report.jit.enabled,
+    )
+
+
+NEVER_REPEAT = [8 + i for i in range(30)]
+
+
 def main(log_dir):
     out = {"backend": keras.backend.backend()}
     report = partial(os.path.join(log_dir, "partial"))
@@ -159,6 +231,14 @@ def main(log_dir):
     )
     section = report.compile_cache
     out["cache"] = summary(report, hits=section.hits, misses=section.misses)
+    for name, width, lengths, args in (
+        ("storm", 5, NEVER_REPEAT, {}),
+        ("storm_raise", 6, NEVER_REPEAT, {"on_recompile_storm": "raise"}),
+        ("storm_warn", 7, NEVER_REPEAT, {"on_recompile_storm": "warn"}),
+        ("buckets", 9, [8, 12, 16, 20, 24, 28] * 5, {}),
+    ):
+        sub = os.path.join(log_dir, name)
+        out[name] = guarded(sub, width, lengths, **args)
     print(json.dumps(out))
 
 

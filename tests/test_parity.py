@@ -140,3 +140,70 @@ def test_the_compile_cache(runs):
     assert found["compilations"] == {"train": 2, "test": 2}
     for r in runs:
         assert (r["cache"]["hits"], r["cache"]["misses"]) == (0, 4)
+
+
+def test_a_recompilation_storm_falls_back_to_no_xla(runs):
+    for r in runs:
+        storm = r["storm"]
+        guard = storm["guard"]
+        # After the budget (8 recompilations): the ninth, in a stream of
+        # lengths that never repeat, is a storm.
+        assert guard["action"] == "fallback"
+        assert guard["recompilations"] == 9
+        assert (guard["input"], guard["dim"]) == ("x", 1)
+        assert guard["cause"] == "dynamic_dim"
+        assert guard["compiled"] >= guard["window"] / 2
+        assert storm["compilations"] == {"train": 10}
+        # No XLA from the step after the storm's call: nothing compiles
+        # after it, and every step trained.
+        epoch, step = guard["off_from"]
+        assert epoch == 0 and guard["step"] < step <= guard["step"] + 2
+        assert max(storm["compiled_at"]) < step
+        assert storm["steps"] == 30
+        assert storm["jit_enabled"] is False
+        assert "recompile-storm" in storm["codes"]
+        # The rest of the fit would have compiled on: 20-ish more.
+        assert guard["projected_compilations"] >= 10
+        assert guard["projected_seconds"] > 0
+        # The weights are a fit's without XLA (float rounding apart).
+        assert storm["weights_apart"] < 1e-5
+    tf_guard, jax_guard = (r["storm"]["guard"] for r in runs)
+    for key in ("action", "budget", "recompilations", "input", "dim"):
+        assert tf_guard[key] == jax_guard[key], key
+    for key in ("step", "off_from", "values"):
+        assert tf_guard[key] == jax_guard[key], key
+    tf_storm, jax_storm = (r["storm"] for r in runs)
+    assert tf_storm["compiled_at"] == jax_storm["compiled_at"]
+    assert tf_storm["compiled_at"] == list(range(10))
+
+
+def test_a_recompilation_storm_raises_or_warns_as_asked(runs):
+    for r in runs:
+        raised = r["storm_raise"]
+        assert raised["guard"]["action"] == "raise"
+        assert "input `x`, dimension 1" in raised["raised"]
+        assert "Fix: " in raised["raised"]
+        # It stopped the fit before the next step; the report was written.
+        assert raised["steps"] <= raised["guard"]["step"] + 2 < 30
+        assert raised["compilations"] == {"train": 10}
+        warned = r["storm_warn"]
+        assert warned["guard"]["action"] == "warn"
+        assert warned["jit_enabled"] is True
+        assert warned["steps"] == 30
+        # Every new length compiled: XLA stayed on.
+        assert warned["compilations"]["train"] >= 29
+        assert "recompile-storm" in warned["codes"]
+
+
+def test_a_few_buckets_under_the_budget_are_untouched(runs):
+    for r in runs:
+        buckets = r["buckets"]
+        assert buckets["guard"] is None
+        assert "recompile-storm" not in buckets["codes"]
+        assert buckets["jit_enabled"] is True
+        assert buckets["compilations"] == {"train": 6}
+        assert buckets["steps"] == 30
+    # Under the budget, the recompilations of `padded` and `partial` too.
+    for r in runs:
+        assert "recompile-storm" not in r["padded"]["codes"]
+        assert "recompile-storm" not in r["partial"]["codes"]

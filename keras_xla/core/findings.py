@@ -58,6 +58,7 @@ COMPILE_DOMINATES = "compile-dominates"
 TENSOR_CORE_ALIGNMENT = "tensor-core-alignment"
 TUNER_OVERHEAD = "tuner-overhead"
 INPUT_BOUND = "input-bound"
+RECOMPILE_STORM = "recompile-storm"
 # Precision.
 POLICY_SET_AFTER_BUILD = "policy-set-after-build"
 LOW_PRECISION_OUTPUT = "low-precision-output"
@@ -113,6 +114,7 @@ CODES: dict[str, Code] = _table(
     (TUNER_OVERHEAD, "info", "the tuner's own work is over 1% of a step"),
     (INPUT_BOUND, "warning", "a large share of each step waits for data"),
     (COMPILE_DOMINATES, "warning", "compiling costs more than it saves"),
+    (RECOMPILE_STORM, "warning", "a step kept compiling for new shapes"),
     (TENSOR_CORE_ALIGNMENT, "info", "sizes keep tensor cores idle"),
     (POLICY_SET_AFTER_BUILD, "warning", "the policy came after the build"),
     (LOW_PRECISION_OUTPUT, "warning", "the output computes in low precision"),

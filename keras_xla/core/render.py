@@ -157,6 +157,32 @@ def spikes_line(report: XLAReport) -> list[str]:
     return [f"Steps that stood out: {kinds}{tail}."]
 
 
+def guard_line(guard) -> list[str]:
+    """The recompilation guard's storm: when, why, what it did and what a
+    fallback avoided."""
+    if guard is None:
+        return []
+    g = guard
+    where = f"`{g.input}`" if g.input else "the inputs"
+    if g.dim is not None:
+        where += f" dimension {g.dim}"
+    found = (
+        f"Recompilation storm at epoch {g.epoch}, step {g.step}: "
+        f"{g.recompilations} recompilations for new sizes of {where} "
+        f"({g.compile_seconds:.2f} s; XLA had saved {g.saved_seconds:.2f} s)"
+    )
+    if g.action == "fallback" and g.off_from:
+        avoided = (
+            f"; about {g.projected_compilations:.0f} compilations "
+            f"({g.projected_seconds:.1f} s) avoided"
+            if g.projected_compilations
+            else ""
+        )
+        epoch, step = g.off_from
+        return [f"{found}: no XLA from epoch {epoch}, step {step}{avoided}."]
+    return [f"{found}: {'raised' if g.action == 'raise' else 'warned'}."]
+
+
 def jit_line(report: XLAReport) -> list[str]:
     if report.jit is None:
         return []
@@ -322,6 +348,7 @@ def summary(report: XLAReport, max_findings: int = 3) -> str:
     lines += jit_line(report)
     lines += epoch_table(report)
     lines += spikes_line(report)
+    lines += guard_line(report.guard)
     lines += baseline_line(report.baseline)
     lines += decision_line(report.decision)
     for f in top_findings(report.findings, max_findings):

@@ -22,6 +22,7 @@ from keras_xla.core.sections import (
     ClusteringSection,
     CompileCacheSection,
     Decision,
+    GuardSection,
     HloSection,
     ProfileSection,
     Section,
@@ -37,6 +38,7 @@ __all__ = [
     "Decision",
     "EpochStats",
     "Finding",
+    "GuardSection",
     "HloSection",
     "JitInfo",
     "ProfileSection",
@@ -168,6 +170,7 @@ class XLAReport:
     profile: ProfileSection | None = None
     decision: Decision | None = None
     baseline: BaselineSection | None = None
+    guard: GuardSection | None = None
     verdict: Verdict | None = None
     # Whether this report has written its file (a later fit archives it).
     _written: bool = dataclasses.field(default=False, repr=False, compare=False)
@@ -214,6 +217,7 @@ class XLAReport:
             "profile": self.profile,
             "decision": self.decision,
             "baseline": self.baseline,
+            "guard": self.guard,
             "verdict": self.verdict,
         }
 
@@ -284,6 +288,7 @@ class XLAReport:
             "profile": ProfileSection,
             "decision": Decision,
             "baseline": BaselineSection,
+            "guard": GuardSection,
             "verdict": Verdict,
         }
         skipped += [

@@ -1,5 +1,6 @@
 """The report's typed sections: compile cache, auto-clustering, HLO,
-profile, trial decision, no-XLA baseline and verdict.
+profile, trial decision, no-XLA baseline, the recompilation guard and
+the verdict.
 
 Each section is a dataclass that still reads like the dict it was in the
 first version (`report.hlo["fusion_ratio"]`), and reads its JSON skipping
@@ -240,6 +241,39 @@ class BaselineSection(Section):
     # Each side's first windows, left out of the medians and the range
     # (the step functions were still settling).
     settling_rounds: int = 0
+
+
+@dataclasses.dataclass
+class GuardSection(Section):
+    """The recompilation guard found a storm (`keras_xla.core.guard`):
+    the train step kept compiling for new shapes.
+
+    `action` is what it did (`"fallback"`: no XLA from `off_from`,
+    `[epoch, step]`, on; `"raise"`; `"warn"`); `[epoch, step]` is the
+    call that crossed the budget; `recompilations` and `compile_seconds` are
+    the storm's until then, `saved_seconds` what XLA had saved by then;
+    `compiled` of the last `window` calls compiled a new shape of
+    `input`'s dimension `dim` (`values`: its last sizes);
+    `projected_compilations` and `projected_seconds` what the rest of the
+    fit would have compiled at that rate (a fallback's saving; 0 where
+    the fit's length is unknown)."""
+
+    action: str
+    budget: int
+    epoch: int
+    step: int
+    recompilations: int
+    compile_seconds: float
+    saved_seconds: float
+    window: int
+    compiled: int
+    input: str | None = None
+    dim: int | None = None
+    cause: str = ""
+    values: list = dataclasses.field(default_factory=list)
+    projected_compilations: float = 0.0
+    projected_seconds: float = 0.0
+    off_from: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass

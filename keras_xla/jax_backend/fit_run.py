@@ -320,6 +320,22 @@ class FitRun(FitOwner):
     def _xla_trains(self) -> bool:
         return bool(self.report.jit and self.report.jit.enabled)
 
+    def _storm_check_due(self) -> bool:
+        """Whether the last train call compiled (JAX's events say so)."""
+        calls = self.tap.calls["train"]
+        if not (calls and calls[-1].events):
+            return False
+        return self.guard.storm is None and self._xla_trains()
+
+    def _fall_back(self) -> None:
+        """Train and test functions without XLA, of the model's precision
+        (built once per model, as the baseline's)."""
+        model = self.model
+        xla_setting.set_xla(model, False)
+        train, test = self._built(False, model.dtype_policy.name)
+        model.train_function = self.tap.wrap("train", train)
+        model.test_function = self.tap.wrap("test", test)
+
     def _taken(self, records) -> None:
         """The records' cache hits and misses count in the epoch."""
         self._epoch_cache[0] += sum(r.cache_hits for r in records)

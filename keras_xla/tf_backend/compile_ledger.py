@@ -75,6 +75,8 @@ _STATUS = LedgerStatus(None, False, "keras_xla was not imported")
 _SEEN: dict[str, tuple[float, int]] = {}
 # How many names the in-memory ledger held at the last `stamp()`.
 _LISTED = -1
+# How many entries `stamp()` has found in all (pruning never lowers it).
+_WRITTEN = 0
 
 
 def tensorflow_started() -> bool:
@@ -221,7 +223,7 @@ def stamp(now: float | None = None) -> None:
     (nothing new: the listing has as many names as the last one) costs
     one listing of the directory and a length check; a no-op for a
     ledger on disk, whose files carry their own times."""
-    global _LISTED
+    global _LISTED, _WRITTEN
     directory = _STATUS.directory
     if not _STATUS.owned or not in_memory(directory):
         return
@@ -238,8 +240,19 @@ def stamp(now: float | None = None) -> None:
         del _SEEN[path]  # removed by someone else (a cache's clear)
     for path in present.difference(_SEEN):
         _SEEN[path] = (now, size(path))
+        _WRITTEN += 1
     _prune(BUDGET_BYTES, MAX_ENTRIES)
     _LISTED = len(_listing(directory))
+
+
+def written() -> int | None:
+    """How many compilations the in-memory ledger has recorded in this
+    process, listed now (one listing of its directory when nothing is
+    new); None where there is no such ledger."""
+    if not _STATUS.owned or not in_memory(_STATUS.directory):
+        return None
+    stamp()
+    return _WRITTEN
 
 
 def _prune(budget: int, most: int) -> None:

@@ -1,0 +1,204 @@
+"""The recompilation guard: a step function that keeps compiling for new
+shapes, and what to do before it costs the run more than XLA saves.
+
+`RecompileGuard.observe` takes the train function's step records as they
+are collected (`StepRecord.new` and `.previous` mark its compilations)
+and returns a `Storm` once all three hold:
+
+- the function recompiled more than `budget` times in the fit;
+- shapes do not repeat: at least half of its last `2 * budget` calls
+  compiled a new one (a bucketed pipeline's few shapes stop compiling
+  once each bucket was seen, so its recent calls do not);
+- its recompilations cost more seconds than XLA has saved so far (the
+  owner's estimate from the no-XLA baseline; none before it measured).
+
+Pure logic: nothing here imports TensorFlow, Keras or JAX.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import statistics
+
+from keras_xla.core.signatures import explain
+from keras_xla.core.timing import StepRecord
+
+# PyTorch's compiler gives up on a function after 8 recompilations
+# (`torch._dynamo.config.recompile_limit`); the same budget here, with the
+# window rule above, leaves a pipeline of up to 9 buckets (and a partial
+# last batch) untouched: its 9th recompilation would need a 10th shape.
+DEFAULT_BUDGET = 8
+ACTIONS = ("fallback", "raise", "warn")
+# A call is looked at (its records collected: 0.6 ms on TensorFlow) only
+# where it may have compiled: it took this long, and twice the typical
+# call that compiled nothing. An XLA compilation takes longer than both.
+CHECK_SECONDS = 0.02
+# The drifting dimension's last values a storm names.
+SHOWN_VALUES = 5
+
+
+class XLARecompileStormError(RuntimeError):
+    """A step function kept compiling for new shapes
+    (`XLATuner(on_recompile_storm="raise")`)."""
+
+
+@dataclasses.dataclass
+class Storm:
+    """A step function that keeps compiling for new shapes.
+
+    Attributes:
+        function: `"train"`.
+        epoch: The epoch of the call that crossed the budget.
+        step: That call's first step.
+        recompilations: Recompilations so far (the first compilation is
+            not one).
+        compile_seconds: What they cost.
+        saved_seconds: What XLA saved so far (0 without a baseline).
+        window: The last calls looked at, and `compiled` how many of them
+            compiled a new shape.
+        input, dim, cause: What drifted in the last recompilation.
+        values: The drifting dimension's last values, oldest first.
+    """
+
+    function: str
+    epoch: int
+    step: int
+    recompilations: int
+    compile_seconds: float
+    saved_seconds: float
+    window: int
+    compiled: int
+    input: str | None
+    dim: int | None
+    cause: str
+    values: list
+
+    @property
+    def rate(self) -> float:
+        """New shapes per call, in the last calls."""
+        return self.compiled / self.window if self.window else 0.0
+
+    @property
+    def seconds_each(self) -> float:
+        return self.compile_seconds / max(self.recompilations, 1)
+
+    def projected(self, remaining_calls: int | None) -> tuple[float, float]:
+        """`(compilations, seconds)` the rest of the fit would compile at
+        the recent rate: what a fallback avoids (0 where unknown)."""
+        if not remaining_calls or remaining_calls < 0:
+            return 0.0, 0.0
+        count = self.rate * remaining_calls
+        return count, count * self.seconds_each
+
+    def where(self) -> str:
+        if self.input is None:
+            return "its inputs"
+        dim = "" if self.dim is None else f", dimension {self.dim}"
+        return f"input `{self.input}`{dim}"
+
+    def message(self) -> str:
+        shown = ", ".join(str(v) for v in self.values)
+        values = f" (last sizes: {shown})" if shown else ""
+        return (
+            f"{self.function} recompiled {self.recompilations} times for "
+            f"new shapes of {self.where()}{values}, "
+            f"{self.compiled} of its last {self.window} calls: "
+            f"{self.compile_seconds:.2f} s compiling, more than XLA had "
+            f"saved ({self.saved_seconds:.2f} s)."
+        )
+
+    def fix(self, budget: int) -> str:
+        return (
+            f"Give {self.where()} a few fixed sizes: crop or slice to one "
+            "size, or pad to a few lengths (`keras_xla.data`'s helpers, "
+            "`padded_batch` with `padded_shapes`, bucketing), so XLA "
+            "compiles each once. If the sizes are bounded and few, raise "
+            f"`XLATuner(max_recompilations=...)` above {budget}."
+        )
+
+
+class RecompileGuard:
+    """Watches one fit's train calls for a recompilation storm.
+
+    Args:
+        budget: Recompilations allowed before the other two rules are
+            asked (`XLATuner(max_recompilations=...)`).
+    """
+
+    def __init__(self, budget: int = DEFAULT_BUDGET) -> None:
+        self.budget = budget
+        self.recompilations = 0
+        self.compile_seconds = 0.0
+        self._recent: collections.deque = collections.deque(maxlen=2 * budget)
+        self._steady: collections.deque = collections.deque(maxlen=64)
+        self._values: collections.deque = collections.deque(maxlen=SHOWN_VALUES)
+        self._last = None  # the last recompilation's primary change
+        # The median call that compiled nothing (None: none seen yet).
+        self.typical_seconds: float | None = None
+        self.storm: Storm | None = None  # once found, the guard is spent
+
+    def observe(
+        self, records: list[StepRecord], saved_seconds: float, epoch: int
+    ) -> Storm | None:
+        """Takes the train calls collected since the last call; returns
+        the storm the first time the rules hold, else None."""
+        if self.storm is not None:
+            return None
+        if any(not r.new for r in records):
+            steady = [r.seconds for r in records if not r.new]
+            self._steady.extend(steady)
+            self.typical_seconds = statistics.median(self._steady)
+        for record in records:
+            self._take(record)
+            if self._holds(saved_seconds):
+                last = self._last
+                self.storm = Storm(
+                    function=record.function,
+                    epoch=epoch,
+                    step=record.first_step,
+                    recompilations=self.recompilations,
+                    compile_seconds=round(self.compile_seconds, 4),
+                    saved_seconds=round(max(saved_seconds, 0.0), 4),
+                    window=len(self._recent),
+                    compiled=sum(self._recent),
+                    input=last.input if last else None,
+                    dim=last.dim if last else None,
+                    cause=last.cause if last else "",
+                    values=list(self._values),
+                )
+                return self.storm
+        return None
+
+    def _take(self, record: StepRecord) -> None:
+        again = [key for key in record.new if record.previous.get(key)]
+        self._recent.append(bool(again))
+        if not again:
+            return
+        measured = record.measured_compile_seconds
+        if len(measured) == len(record.new):
+            seconds = sum(
+                s for key, s in zip(record.new, measured) if key in again
+            )
+        else:  # estimated: the call beyond a steady one, shared
+            typical = statistics.median(self._steady) if self._steady else 0
+            share = len(again) / len(record.new)
+            seconds = max(record.seconds - typical, 0.0) * share
+        self.recompilations += len(again)
+        self.compile_seconds += seconds
+        index, replica = again[-1]
+        sig = record.signatures[index][replica]
+        change, _ = explain(record.previous[index, replica], sig, False)
+        self._last = change
+        if change.after is not None and change.dim is not None:
+            after = change.after
+            self._values.append(
+                after[change.dim] if change.dim < len(after) else after
+            )
+
+    def _holds(self, saved_seconds: float) -> bool:
+        return (
+            self.recompilations > self.budget
+            and 2 * sum(self._recent) >= len(self._recent)
+            and self.compile_seconds > max(saved_seconds, 0.0)
+        )

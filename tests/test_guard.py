@@ -1,0 +1,132 @@
+"""The recompilation guard's rules (`keras_xla.core.guard`), on planted
+records: the budget, shapes that do not repeat, and compiling that costs
+more than XLA saved. The fits on both backends are in test_parity.py."""
+
+import pytest
+
+from keras_xla.core.accounting import detect_compilations
+from keras_xla.core.guard import RecompileGuard, Storm
+from keras_xla.core.signatures import (
+    Signature,
+    SignatureTracker,
+    TensorSignature,
+)
+from keras_xla.core.timing import StepRecord
+from keras_xla.settings import ARGUMENTS, Settings
+
+
+def sig(length):
+    return Signature(0, (TensorSignature("x", (4, length), "int32"),))
+
+
+def calls(lengths, seconds=0.5, steady=0.01, measured=False):
+    """One train call per length, its compilations marked as the step
+    logs mark them; a compiling call takes `seconds`."""
+    tracker = SignatureTracker()
+    out = []
+    for step, length in enumerate(lengths):
+        record = StepRecord("train", step, steady, signatures=[(sig(length),)])
+        detect_compilations("train", [record], tracker)
+        if record.new:
+            record.seconds = seconds
+            if measured:
+                record.measured_compile_seconds = [seconds - steady]
+        out.append(record)
+    return out
+
+
+def test_a_stream_of_new_shapes_is_a_storm_after_the_budget():
+    guard = RecompileGuard(budget=8)
+    records = calls([8 + i for i in range(30)])
+    storm = guard.observe(records[:9], 0.0, 0)
+    assert storm is None  # 8 recompilations: the budget, not beyond
+    storm = guard.observe(records[9:], 0.0, 0)
+    assert isinstance(storm, Storm)
+    assert storm.step == 9 and storm.recompilations == 9
+    assert (storm.input, storm.dim, storm.cause) == ("x", 1, "dynamic_dim")
+    assert storm.values == [13, 14, 15, 16, 17]
+    # Estimated: each call beyond a steady one (none yet: the whole call).
+    assert storm.compile_seconds == pytest.approx(9 * 0.5)
+    assert (storm.window, storm.compiled) == (10, 9)
+    # Found once: the guard is spent.
+    assert guard.observe(calls([100, 101]), 0.0, 0) is None
+    # The rest of the fit at its rate: 9 of 10 calls, 0.5 s each.
+    count, seconds = storm.projected(20)
+    assert count == pytest.approx(18.0)
+    assert seconds == pytest.approx(18.0 * 0.5)
+    assert storm.projected(None) == (0.0, 0.0)
+    assert "recompiled 9 times" in storm.message()
+    assert "input `x`, dimension 1" in storm.fix(8)
+
+
+def test_measured_compile_seconds_are_used_where_the_backend_has_them():
+    guard = RecompileGuard(budget=2)
+    storm = guard.observe(calls([8, 9, 10, 11], measured=True), 0.0, 0)
+    assert storm.recompilations == 3
+    assert storm.compile_seconds == pytest.approx(3 * 0.49)
+
+
+def test_shapes_that_mostly_repeat_are_no_storm():
+    # Ten lengths, a new one every fourth call: nine recompilations
+    # (beyond a budget of 8), but most calls reuse what compiled.
+    guard = RecompileGuard(budget=8)
+    lengths = [8, 8, 8, 8]
+    for new in range(12, 48, 4):
+        lengths += [new, 8, 12, 8]
+    assert guard.observe(calls(lengths), 0.0, 0) is None
+    assert guard.recompilations == 9
+    # A new shape every other call is a storm (half of the window).
+    guard = RecompileGuard(budget=8)
+    lengths = [8]
+    for new in range(12, 52, 4):
+        lengths += [new, 8]
+    assert guard.observe(calls(lengths), 0.0, 0) is not None
+
+
+def test_compiling_that_xla_has_paid_for_is_no_storm():
+    guard = RecompileGuard(budget=2)
+    records = calls([8, 9, 10, 11, 12], seconds=0.1)
+    # XLA saved more than the 0.4 s of recompiling: no storm.
+    assert guard.observe(records, 10.0, 0) is None
+    # It keeps compiling: once the cost passes the saving, it is one.
+    storm = guard.observe(calls(range(13, 120), seconds=0.1)[1:], 10.0, 0)
+    assert storm is not None and storm.compile_seconds > 10.0
+
+
+def test_the_guard_arguments_are_checked():
+    base = {name: None for name in ARGUMENTS}
+    base.update(
+        jit_compile=True, strict=False, verbose=0, on_unsupported="fallback",
+        analyze_hlo=True, trial_budget=0.25, baseline=True, trial_memory=True,
+        keep=False, trust_shared_cache=False, add_to_logs=True,
+        max_recompilations=8, on_recompile_storm="fallback",
+    )  # fmt: skip
+    assert Settings.checked(**base).max_recompilations == 8
+    assert Settings.checked(**{**base, "max_recompilations": None})
+    for bad in (0, -1, 2.5, True, "8"):
+        with pytest.raises(ValueError, match="max_recompilations"):
+            Settings.checked(**{**base, "max_recompilations": bad})
+    with pytest.raises(ValueError, match="on_recompile_storm='stop'"):
+        Settings.checked(**{**base, "on_recompile_storm": "stop"})
+
+
+def test_the_summary_says_when_why_and_what_the_fallback_avoided():
+    from keras_xla.core import render
+    from keras_xla.core.report import GuardSection, XLAReport
+
+    report = XLAReport()
+    report.guard = GuardSection(
+        action="fallback", budget=8, epoch=0, step=9, recompilations=9,
+        compile_seconds=4.5, saved_seconds=0.0, window=10, compiled=9,
+        input="x", dim=1, cause="dynamic_dim", values=[13, 14],
+        projected_compilations=18.0, projected_seconds=9.0, off_from=[0, 10],
+    )  # fmt: skip
+    text = render.summary(report)
+    assert (
+        "Recompilation storm at epoch 0, step 9: 9 recompilations for new "
+        "sizes of `x` dimension 1 (4.50 s; XLA had saved 0.00 s): no XLA "
+        "from epoch 0, step 10; about 18 compilations (9.0 s) avoided."
+    ) in text
+    # And it survives the JSON.
+    again = XLAReport.from_dict(report.to_dict())
+    assert again.guard == report.guard and not again.skipped
