@@ -104,3 +104,31 @@ def test_selected_runs(example):
     ]
     assert example.selected_runs("fixed", "all") == [("fixed", True)]
     assert example.selected_runs("fixed", "off") == [("fixed", False)]
+
+
+def test_the_guard_turns_xla_off_for_crops_that_keep_compiling(
+    example, tmp_path, capsys
+):
+    args = ["--image-size", "32", "--batch-size", "2", "--steps", "6"]
+    args += ["--crop", "random", "--jit", "on", "--max-recompilations", "1"]
+    args += ["--log-dir", str(tmp_path)]
+    (row,) = example.main(args)
+    source = example.synthetic_images(32).repeat()
+    sides = [
+        int(x.shape[1])
+        for x, _ in example.drifting_pipeline(source, 32, 2).take(6)
+    ]
+    # The third distinct crop size is the second recompilation: beyond a
+    # budget of 1, in a window where every call compiled.
+    third = next(i for i in range(6) if len(set(sides[: i + 1])) == 3)
+    guard = row["guard"]
+    assert guard.action == "fallback" and guard.recompilations == 2
+    assert guard.off_from == [0, third + 1]
+    assert row["compilations"] == 3
+    assert row["report"].jit.enabled is False
+    assert sum(e.steps for e in row["report"].epochs) == 6
+    out = capsys.readouterr().out
+    assert f"storm: no XLA from epoch 0, step {third + 1}" in out
+    assert "random-xla: Recompilation storm at epoch 0" in out
+    with pytest.raises(SystemExit):
+        example.parse_args(["--max-recompilations", "0"])

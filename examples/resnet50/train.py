@@ -13,7 +13,9 @@ By default it trains three ways, one after the other, on built-in
 synthetic images of variable decoded sizes (no download): random crops
 without XLA, random crops with XLA, and the fixed slice with XLA. It
 prints a line per step while it trains (a step that compiles shows as a
-long one) and ends with a table (images per second steady and with
+long one; the random crops with XLA meet the tuner's recompilation guard,
+which turns XLA off once they keep compiling, `--max-recompilations`) and
+ends with a table (images per second steady and with
 compiling included, compile seconds, recompilations, the step's fusion
 ratio, the tuner's verdict for each run), each XLA run's verdict
 against the script's own no-XLA run, a one-line conclusion, the answer
@@ -38,7 +40,7 @@ import tensorflow as tf  # noqa: E402
 
 import keras_xla  # noqa: E402
 from keras_xla.core import verdict as verdicts  # noqa: E402
-from keras_xla.core.render import format_table  # noqa: E402
+from keras_xla.core.render import format_table, guard_line  # noqa: E402
 from keras_xla.core.report import BaselineSection  # noqa: E402
 from keras_xla.data import fixed_slice  # noqa: E402
 from keras_xla.tf_backend.summaries import SummaryWriter  # noqa: E402
@@ -185,7 +187,11 @@ def run_config(crop: str, jit: bool, args, source=None) -> dict:
     # No baseline window: the no-XLA run is this script's baseline, and a
     # window would move some of a short run's steps off XLA.
     tuner = keras_xla.XLATuner(
-        log_dir=log_dir, jit_compile=jit, verbose=0, baseline=False
+        log_dir=log_dir,
+        jit_compile=jit,
+        verbose=0,
+        baseline=False,
+        max_recompilations=args.max_recompilations,
     )
     callbacks = [keras.callbacks.TensorBoard(log_dir=log_dir), tuner]
     if args.verbose == 0:
@@ -214,7 +220,8 @@ def run_config(crop: str, jit: bool, args, source=None) -> dict:
     return {
         "label": label,
         "crop": crop,
-        "jit": report.jit.enabled,
+        "jit": jit,  # as the run asked (the guard may turn XLA off)
+        "guard": report.guard,
         "compilations": report.total_compilations,
         "recompilations": len(report.recompilations),
         "compile_seconds": report.total_compile_seconds,
@@ -261,14 +268,18 @@ def render(rows: list[dict]) -> str:
                 f"{ratio(r, base, 'images_per_second')}x"
                 if base and r is not base
                 else "-",
-                short_verdict(r["verdict"]),
+                short_verdict(r["verdict"], r["guard"]),
             )
         )
     return "\n".join(format_table(table))
 
 
-def short_verdict(verdict) -> str:
-    """The tuner's verdict in a few words: XLA off, or its cost."""
+def short_verdict(verdict, guard=None) -> str:
+    """The tuner's verdict in a few words: XLA off (or turned off by the
+    recompilation guard), or its cost."""
+    if guard is not None and guard.off_from:
+        epoch, step = guard.off_from
+        return f"storm: no XLA from epoch {epoch}, step {step}"
     if verdict is None or not verdict.xla_enabled:
         return "XLA off"
     text = f"compiled {verdict.compile_seconds:.1f} s"
@@ -462,6 +473,14 @@ def parse_args(argv=None):
     parser.add_argument("--log-dir", default=os.path.join("runs", "resnet50"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--max-recompilations",
+        type=budget,
+        default=2,
+        help="the tuner's recompilation guard: XLA off once a run keeps "
+        "compiling beyond this many recompilations (default 2: this run "
+        "is short; the tuner's own default is 8); 'none' turns it off",
+    )
+    parser.add_argument(
         "--verbose",
         type=int,
         choices=(0, 1, 2),
@@ -475,6 +494,16 @@ def parse_args(argv=None):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     return args
+
+
+def budget(text: str) -> int | None:
+    """`--max-recompilations`: an integer >= 1, or "none"."""
+    if text.lower() == "none":
+        return None
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: pass >= 1 or 'none'")
+    return value
 
 
 def selected_runs(crop: str, jit: str) -> list[tuple[str, bool]]:
@@ -504,6 +533,8 @@ def main(argv=None) -> list[dict]:
     for r in rows:
         for rec in r["report"].recompilations[:3]:
             print(f"  {r['label']}: {rec.message}")
+        for line in guard_line(r["guard"]):
+            print(f"  {r['label']}: {line}")
     print("\n" + answer(rows))
     print("\n" + "\n".join(tensorboard_lines(rows, args.log_dir)))
     return rows
