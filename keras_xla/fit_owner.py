@@ -97,6 +97,9 @@ class FitOwner:
         self._storm: Any = None
         self._train_began: float | None = None
         self._train_seconds = 0.0
+        # Compilations the backend recorded since the guard last looked
+        # (TensorFlow's ledger; JAX's tap counts them per call).
+        self._compiled_since = 0
 
     # The fit's start and end.
 
@@ -383,7 +386,13 @@ class FitOwner:
         if self._storm_check_due():
             self._train_seconds = 0.0
             self.log.close(time.perf_counter())  # the last call ended
-            self._observe(self.log.collect("train", next_step=batch))
+            records = self.log.collect("train", next_step=batch)
+            if records and self._compiled_since > len(records[-1].new):
+                # The backend saw more compilations than the call's own:
+                # another function's (its spike is a compilation).
+                last = records[-1]
+                last.other_compilations += self._compiled_since - len(last.new)
+            self._observe(records)
         if self._storm is not None:
             storm, self._storm = self._storm, None
             if self.trial is not None:

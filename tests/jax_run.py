@@ -406,6 +406,43 @@ def slow_input(log_dir):
     return summary(tuner, start)
 
 
+class CompileAt(keras.callbacks.Callback):
+    """Compiles a function of its own with XLA before one train batch."""
+
+    def __init__(self, batch):
+        super().__init__()
+        self.batch = batch
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if batch == self.batch:
+            import jax
+
+            jax.jit(lambda v: (v * v).sum())(np.ones((37, 5), np.float32))
+
+
+def other_compile(log_dir):
+    """A callback's own compilation during train call 9: a compilation,
+    not a host pause; the step's count untouched."""
+    x = np.random.rand(16 * 16, 4).astype("float32")
+    y = np.random.rand(16 * 16, 1).astype("float32")
+    model = dense_model()
+    tuner = keras_xla.XLATuner(log_dir=log_dir, verbose=0, baseline=False)
+    model.fit(
+        x,
+        y,
+        batch_size=16,
+        epochs=1,
+        verbose=0,
+        callbacks=[tuner, CompileAt(9)],
+    )
+    epoch = tuner.report.epochs[0]
+    return {
+        "kinds": {str(s["step"]): s["kind"] for s in epoch.spikes},
+        "unexplained": epoch.unexplained_seconds,
+        "compilations": epoch.compilations,
+    }
+
+
 class StopAt(keras.callbacks.Callback):
     """Raises at a train batch's end: a fit interrupted there."""
 

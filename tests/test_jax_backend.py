@@ -593,7 +593,7 @@ def test_the_precision_trial_runs_on_jax(precision_fits):
 def timed(tmp_path_factory):
     """A step of known length (20 ms with XLA, 40 ms without), and a
     convnet's step that JAX returns from before its work is done."""
-    scenarios = ("planted_time", "async_time", "slow_input")
+    scenarios = ("planted_time", "async_time", "slow_input", "other_compile")
     return run(tmp_path_factory.mktemp("timed"), *scenarios)
 
 
@@ -617,6 +617,15 @@ def test_step_times_end_when_the_results_exist(timed):
     # 100x off).
     separate = statistics.median(result["separate"])
     assert 0.5 < result["epochs"][-1]["median"] / separate < 2.0
+
+
+def test_another_functions_compilation_is_not_a_host_pause(timed):
+    # A callback compiled a function of its own before train call 9: JAX
+    # reported it during that call, so its spike is a compilation.
+    result = timed["other_compile"]
+    assert result["kinds"]["9"] == "compile"
+    assert result["unexplained"] < 0.01
+    assert result["compilations"] == 1
 
 
 def test_the_wait_for_a_batch_is_not_the_dispatch(timed):

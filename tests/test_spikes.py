@@ -99,6 +99,48 @@ def test_a_host_pause_is_unexplained_and_a_new_shape_a_compilation():
     assert " unexplained (" in summary
 
 
+class CompileAt(keras.callbacks.Callback):
+    """A callback that compiles a function of its own with XLA before one
+    train batch: a compilation the step's signatures never see."""
+
+    def __init__(self, batch):
+        super().__init__()
+        self.batch = batch
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if batch == self.batch:
+            import tensorflow as tf
+
+            fn = tf.function(lambda v: tf.reduce_sum(v * v), jit_compile=True)
+            fn(tf.ones((37, 5)))
+
+
+def test_another_functions_compilation_is_not_a_host_pause():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse", jit_compile=True)
+    x = np.random.rand(16 * 16, 16).astype("float32")
+    y = np.random.rand(16 * 16, 1).astype("float32")
+    tuner = XLATuner(verbose=0, baseline=False, analyze_hlo=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.fit(
+            x,
+            y,
+            batch_size=16,
+            epochs=1,
+            verbose=0,
+            callbacks=[tuner, CompileAt(9)],
+        )
+    epoch = tuner.report.epochs[0]
+    kinds = {s["step"]: s["kind"] for s in epoch.spikes}
+    # The compile ledger recorded a compilation during call 9 that is not
+    # the step's: its spike is a compilation, not a pause.
+    assert kinds[9] == spikes.COMPILE
+    assert epoch.unexplained_seconds < 0.01
+    assert epoch.compilations == 1  # the step's own count is untouched
+
+
 def test_the_tab_rings_the_slow_steps_no_compilation_explains():
     from keras_xla.core.report import EpochStats, XLAReport
     from keras_xla.dashboard import views

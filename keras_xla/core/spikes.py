@@ -2,12 +2,14 @@
 
 A call stands out when each of its steps took at least `FACTOR` times
 the epoch's median step and the call at least `MIN_SECONDS` more than
-its steps at that median. Each is labelled by what the tuner measured
-of it, in this order: it compiled (`COMPILE`, with its causes in the
-report's recompilations), it waited for its batch for at least half the
-excess (`INPUT`, where the wait is timed apart), it was a first call (of
-a function, or of an epoch) or a baseline's no-XLA call (`WARMUP`), or
-nothing explains it
+its steps at that median. Each is labelled by what the tuner measured of
+it, in this order: it compiled (`COMPILE`, with its causes in the
+report's recompilations; or the backend recorded another function's
+compilation during it: JAX's compile events, TensorFlow's compile
+ledger, so no compilation is called a host pause), it waited for its
+batch for at least half the excess (`INPUT`, where the wait is timed
+apart), it was a first call (of a function, or of an epoch) or a
+baseline's no-XLA call (`WARMUP`), or nothing explains it
 (`UNEXPLAINED`: a host pause, another process, a callback, the garbage
 collector). The seconds that nothing explains are an epoch figure
 (`unexplained_seconds`).
@@ -48,7 +50,13 @@ def label(
             continue
         if excess < MIN_SECONDS:
             continue
-        if record.new or record.measured_compile_seconds:
+        if (
+            record.new
+            or record.measured_compile_seconds
+            or record.other_compilations
+        ):
+            # Its step's compilation, or one the backend recorded during
+            # it for another function: never called a host pause.
             kind = COMPILE
         elif record.input_seconds is not None and (
             record.input_seconds >= excess / 2

@@ -48,6 +48,9 @@ class StepRecord:
             to the step).
         input_seconds: The time the call waited for its batches; None
             where not seen (TensorFlow fetches them inside its step).
+        other_compilations: XLA compilations the backend recorded during
+            the call that are not its step's (another function's, a
+            callback's): a spike they explain is not a host pause.
     """
 
     function: str
@@ -65,6 +68,7 @@ class StepRecord:
     dispatch_seconds: float | None = None
     own_seconds: float = 0.0
     input_seconds: float | None = None
+    other_compilations: int = 0
 
     @property
     def steps(self) -> int:

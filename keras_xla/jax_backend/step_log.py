@@ -130,6 +130,7 @@ class JaxStepLog:
         for i, record in enumerate(timed):
             call = calls[i] if i < len(calls) else TapCall(function)
             record.signatures = [(s,) for s in call.signatures]
+            record.other_compilations = call.other
             tracker = self.trackers.of(call.source)
             self._detect(function, record, call.events, tracker)
             if record.signatures or record.measured_compile_seconds:

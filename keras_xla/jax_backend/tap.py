@@ -63,6 +63,8 @@ class TapCall:
         own: The tap's own seconds in the call.
         input: The seconds the call waited for its batches (`next()` on
             Keras's iterator).
+        other: Compilations of other functions JAX reported during the
+            call (Keras's helpers, a callback's own `jit`).
         source: The step function called (untapped): whose compiled
             shapes the call's signatures are.
     """
@@ -75,6 +77,7 @@ class TapCall:
     own: float = 0.0
     input: float = 0.0
     source: Any = None
+    other: int = 0
 
 
 class _TappedIterator:
@@ -122,10 +125,13 @@ class StepTap:
         self.on_return = None
         # Why a batch's signature could not be read (training went on).
         self.unreadable: list[str] = []
+        self._others_at_arm = 0
 
     def arm(self, function: str) -> None:
-        """A batch-begin hook announced a call of `function`."""
+        """A batch-begin hook announced a call of `function`: compilations
+        of other functions from now on (a later callback's) are its."""
         self._armed[function] += 1
+        self._others_at_arm = self.events.other_compilations
 
     def signature(self, data: Any) -> Signature:
         """`data`'s signature: looked up by its structure, shapes and
@@ -156,6 +162,11 @@ class StepTap:
             if hooked:
                 self._armed[function] -= 1
             call = TapCall(function, hooked=hooked, source=fn)
+            others = (
+                self._others_at_arm
+                if hooked
+                else self.events.other_compilations
+            )
             tapped_iterator = _TappedIterator(iterator, call, self)
             call.own = time.perf_counter() - entered
             try:
@@ -177,6 +188,7 @@ class StepTap:
                 raise
             finally:
                 call.events = self.events.take(function)
+                call.other = self.events.other_compilations - others
                 (self.calls[function] if hooked else self.outside).append(call)
 
         tapped._keras_xla_tapped = fn

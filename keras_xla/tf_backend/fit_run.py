@@ -315,6 +315,12 @@ class FitRun(FitOwner):
             live = status.live_directory
             self._cache_before = cache_lib.cache_entries(live)
 
+    def _taken(self, records) -> None:
+        """A validation run or an epoch ended: what the ledger holds now
+        is not the next train call's (the guard's look starts here)."""
+        if self.guard is not None and self._written is not None:
+            self._written = compile_ledger.written()
+
     def _train_calls_end(self, interrupted: bool) -> None:
         if interrupted:
             self._count_before = None  # a failed call: left as it is
@@ -333,6 +339,7 @@ class FitRun(FitOwner):
         if written is None:
             return True  # no ledger: the calls themselves say
         seen, self._written = self._written, written
+        self._compiled_since = written - seen if seen is not None else 0
         return written != seen
 
     def _fall_back(self) -> None:
