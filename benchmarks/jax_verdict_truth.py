@@ -25,11 +25,10 @@ guide: batch 32), where the step is shorter than its dispatch.
 Every fit of interest starts with `jax.clear_caches()`, as in a fresh
 process: JAX's op-by-op dispatch (Keras's `jit_compile=False`) slows as
 its caches grow within a process (`benchmarks/jax_no_xla_drift.py
---clear-at N` shows it: the no-XLA Dense step went from 11 to 25 ms over
-ten 200-step fits, and back to 14 ms after the caches were cleared), so
-a no-XLA fit late in a process is slower than the same fit in a user's
-own run. Each separate block is therefore cleared and warmed up (three
-untimed steps, which compile) before it is timed.
+--clear-at N` shows it; BENCHMARKS.md has its figures), so a no-XLA fit
+late in a process is slower than the same fit in a user's own run.
+Each separate block is therefore cleared and warmed up (three untimed
+steps, which compile) before it is timed.
 
 Run: python benchmarks/jax_verdict_truth.py [--blocks 4] [--models ...]
 """

@@ -434,27 +434,16 @@ class FitOwner:
         that step, raise, or warn)."""
         action = self.settings.on_recompile_storm
         epoch = self.accountant.epoch
-        count, seconds = storm.projected(self._remaining_calls(epoch, batch))
-        self.report.guard = report_lib.GuardSection(
-            action=action,
-            budget=self.guard.budget,
-            epoch=storm.epoch,
-            step=storm.step,
-            recompilations=storm.recompilations,
-            compile_seconds=storm.compile_seconds,
-            saved_seconds=storm.saved_seconds,
-            window=storm.window,
-            compiled=storm.compiled,
-            input=storm.input,
-            dim=storm.dim,
-            cause=storm.cause,
-            values=storm.values,
-            projected_compilations=round(count, 1),
-            projected_seconds=round(seconds, 2),
-            off_from=[epoch, batch] if action == "fallback" else [],
+        count, seconds = guard_lib.projected(
+            storm, self._remaining_calls(epoch, batch)
         )
-        message, fix = storm.message(), storm.fix(self.guard.budget)
-        place = (storm.function, storm.input, storm.dim)
+        storm.action = action
+        storm.projected_compilations = round(count, 1)
+        storm.projected_seconds = round(seconds, 2)
+        storm.off_from = [epoch, batch] if action == "fallback" else []
+        self.report.guard = storm
+        message, fix = guard_lib.message(storm), guard_lib.fix(storm)
+        place = ("train", storm.input, storm.dim)
         if action == "raise":
             self.book.add(codes.RECOMPILE_STORM, message, fix, place)
             self.interrupted()
@@ -479,8 +468,8 @@ class FitOwner:
             self.report.jit.enabled = False
             self.report.jit.reason = (
                 f"the recompilation guard turned XLA off at epoch {epoch}, "
-                f"step {batch}: {storm.function} "
-                f"kept compiling for new shapes of {storm.where()}"
+                f"step {batch}: train kept compiling for new shapes of "
+                f"{guard_lib.where(storm)}"
             )
 
     # What a backend supplies. Those with a body do nothing by default.

@@ -4,8 +4,10 @@ more than XLA saved. The fits on both backends are in test_parity.py."""
 
 import pytest
 
+from keras_xla.core import guard as guard_lib
 from keras_xla.core.accounting import detect_compilations
-from keras_xla.core.guard import RecompileGuard, Storm
+from keras_xla.core.guard import RecompileGuard
+from keras_xla.core.report import GuardSection
 from keras_xla.core.signatures import (
     Signature,
     SignatureTracker,
@@ -41,8 +43,9 @@ def test_a_stream_of_new_shapes_is_a_storm_after_the_budget():
     storm = guard.observe(records[:9], 0.0, 0)
     assert storm is None  # 8 recompilations: the budget, not beyond
     storm = guard.observe(records[9:], 0.0, 0)
-    assert isinstance(storm, Storm)
+    assert isinstance(storm, GuardSection)
     assert storm.step == 9 and storm.recompilations == 9
+    assert (storm.budget, storm.action) == (8, "")  # the owner's to fill
     assert (storm.input, storm.dim, storm.cause) == ("x", 1, "dynamic_dim")
     assert storm.values == [13, 14, 15, 16, 17]
     # Estimated: each call beyond a steady one (none yet: the whole call).
@@ -51,12 +54,13 @@ def test_a_stream_of_new_shapes_is_a_storm_after_the_budget():
     # Found once: the guard is spent.
     assert guard.observe(calls([100, 101]), 0.0, 0) is None
     # The rest of the fit at its rate: 9 of 10 calls, 0.5 s each.
-    count, seconds = storm.projected(20)
+    count, seconds = guard_lib.projected(storm, 20)
     assert count == pytest.approx(18.0)
     assert seconds == pytest.approx(18.0 * 0.5)
-    assert storm.projected(None) == (0.0, 0.0)
-    assert "recompiled 9 times" in storm.message()
-    assert "input `x`, dimension 1" in storm.fix(8)
+    assert guard_lib.projected(storm, None) == (0.0, 0.0)
+    assert "recompiled 9 times" in guard_lib.message(storm)
+    assert "input `x`, dimension 1" in guard_lib.fix(storm)
+    assert "above 8" in guard_lib.fix(storm)
 
 
 def test_measured_compile_seconds_are_used_where_the_backend_has_them():
@@ -112,7 +116,7 @@ def test_the_guard_arguments_are_checked():
 
 def test_the_summary_says_when_why_and_what_the_fallback_avoided():
     from keras_xla.core import render
-    from keras_xla.core.report import GuardSection, XLAReport
+    from keras_xla.core.report import XLAReport
 
     report = XLAReport()
     report.guard = GuardSection(

@@ -13,7 +13,7 @@ from keras_xla.auto import policy
 from keras_xla.auto import runner as trial_runner
 from keras_xla.auto.model_state import plan_candidates
 from keras_xla.auto.policy import Candidate, Drop
-from keras_xla.auto.trial import Trial
+from keras_xla.auto.trial import Trial, unbursted
 from keras_xla.core.timing import StepRecord
 
 A = Candidate(False, "float32")
@@ -959,3 +959,18 @@ def test_the_baseline_extends_its_windows_while_the_range_is_wide():
     assert noisy.trial.speedup_range(off, keep) == (0.7, 2.0)
     # No room: as planned.
     assert baseline_runner([0.001, 0.003], [0.002], 0).trial.rounds == 2
+
+
+def test_a_window_stamped_in_bursts_counts_its_mean():
+    # Six steps of 0.2 ms whose ends reached the clock together: five
+    # read ~0 and one holds the rest. Their median would say 0.01 ms.
+    trial = Trial([A, B], A, window_calls=7)
+    trial.advance()
+    bursty = [0.00001] * 5 + [0.00115]
+    trial.close_window([record(0.001)] + [record(s) for s in bursty])
+    (window,) = trial.windows_of(trial.windows[0][0])
+    assert window == pytest.approx([0.0002] * 6)
+    # A window with one pause keeps its steps (its median is the step).
+    steady = [0.070] * 6 + [0.300]
+    assert unbursted(steady, 0.5) == steady
+    assert unbursted([0.001], 0.5) == [0.001]

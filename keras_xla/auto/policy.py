@@ -108,6 +108,11 @@ class Tunables:
             its medians and range where two more remain (a step function
             keeps getting faster for a window's worth of calls after its
             first; BENCHMARKS.md, "The no-XLA step settles").
+        burst_share: A window whose median step is under this share of
+            its mean step was stamped in bursts (a step shorter than
+            Keras's own work between steps: its batch ends reach the
+            clock together, a few calls holding the time of many); its
+            steps are its mean, which the loop's wall time fixes.
     """
 
     rounds: int = 3
@@ -131,6 +136,7 @@ class Tunables:
     baseline_min_steps: int = 12
     baseline_warmup_steps: int = 20
     settling_windows: int = 1
+    burst_share: float = 0.5
 
 
 TUNABLES = Tunables()

@@ -128,9 +128,9 @@ class Trial:
         timed = []
         for record in fresh[1:]:
             if not record.compiled and record.trace_seconds == 0.0:
-                per_step = [record.seconds_per_step] * record.steps
-                self._seconds[candidate].extend(per_step)
-                timed.extend(per_step)
+                timed.extend([record.seconds_per_step] * record.steps)
+        timed = unbursted(timed, self.tunables.burst_share)
+        self._seconds[candidate].extend(timed)
         self.windows.append((candidate, timed))
         last = fresh[-1].first_step + fresh[-1].steps - 1
         self.span[1:] = [(self.epoch, last)]
@@ -355,6 +355,18 @@ def baseline_trial(
         tunables=t,
     )
     return trial, keep
+
+
+def unbursted(times: list[float], share: float) -> list[float]:
+    """A window's step times, or its mean for each where its median is
+    under `share` of its mean: the steps' ends were stamped in bursts,
+    and only their sum (the window's wall time) holds."""
+    if len(times) < 2:
+        return times
+    mean = sum(times) / len(times)
+    if statistics.median(times) < share * mean:
+        return [mean] * len(times)
+    return times
 
 
 def candidate_row(c, measured=0, median_ms=None, compile_seconds=None):

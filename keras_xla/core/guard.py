@@ -3,7 +3,8 @@ shapes, and what to do before it costs the run more than XLA saves.
 
 `RecompileGuard.observe` takes the train function's step records as they
 are collected (`StepRecord.new` and `.previous` mark its compilations)
-and returns a `Storm` once all three hold:
+and returns the storm (the report's `GuardSection`) once all three
+hold:
 
 - the function recompiled more than `budget` times in the fit;
 - shapes do not repeat: at least half of its last `2 * budget` calls
@@ -18,9 +19,9 @@ Pure logic: nothing here imports TensorFlow, Keras or JAX.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import statistics
 
+from keras_xla.core.sections import GuardSection
 from keras_xla.core.signatures import explain
 from keras_xla.core.timing import StepRecord
 
@@ -43,79 +44,49 @@ class XLARecompileStormError(RuntimeError):
     (`XLATuner(on_recompile_storm="raise")`)."""
 
 
-@dataclasses.dataclass
-class Storm:
-    """A step function that keeps compiling for new shapes.
+def rate(storm: GuardSection) -> float:
+    """New shapes per call, in the storm's last calls."""
+    return storm.compiled / storm.window if storm.window else 0.0
 
-    Attributes:
-        function: `"train"`.
-        epoch: The epoch of the call that crossed the budget.
-        step: That call's first step.
-        recompilations: Recompilations so far (the first compilation is
-            not one).
-        compile_seconds: What they cost.
-        saved_seconds: What XLA saved so far (0 without a baseline).
-        window: The last calls looked at, and `compiled` how many of them
-            compiled a new shape.
-        input, dim, cause: What drifted in the last recompilation.
-        values: The drifting dimension's last values, oldest first.
-    """
 
-    function: str
-    epoch: int
-    step: int
-    recompilations: int
-    compile_seconds: float
-    saved_seconds: float
-    window: int
-    compiled: int
-    input: str | None
-    dim: int | None
-    cause: str
-    values: list
+def projected(
+    storm: GuardSection, remaining_calls: int | None
+) -> tuple[float, float]:
+    """`(compilations, seconds)` the rest of the fit would compile at the
+    storm's recent rate: what a fallback avoids (0 where unknown)."""
+    if not remaining_calls or remaining_calls < 0:
+        return 0.0, 0.0
+    each = storm.compile_seconds / max(storm.recompilations, 1)
+    count = rate(storm) * remaining_calls
+    return count, count * each
 
-    @property
-    def rate(self) -> float:
-        """New shapes per call, in the last calls."""
-        return self.compiled / self.window if self.window else 0.0
 
-    @property
-    def seconds_each(self) -> float:
-        return self.compile_seconds / max(self.recompilations, 1)
+def where(storm: GuardSection) -> str:
+    if storm.input is None:
+        return "its inputs"
+    dim = "" if storm.dim is None else f", dimension {storm.dim}"
+    return f"input `{storm.input}`{dim}"
 
-    def projected(self, remaining_calls: int | None) -> tuple[float, float]:
-        """`(compilations, seconds)` the rest of the fit would compile at
-        the recent rate: what a fallback avoids (0 where unknown)."""
-        if not remaining_calls or remaining_calls < 0:
-            return 0.0, 0.0
-        count = self.rate * remaining_calls
-        return count, count * self.seconds_each
 
-    def where(self) -> str:
-        if self.input is None:
-            return "its inputs"
-        dim = "" if self.dim is None else f", dimension {self.dim}"
-        return f"input `{self.input}`{dim}"
+def message(storm: GuardSection) -> str:
+    shown = ", ".join(str(v) for v in storm.values)
+    values = f" (last sizes: {shown})" if shown else ""
+    return (
+        f"train recompiled {storm.recompilations} times for new shapes of "
+        f"{where(storm)}{values}, {storm.compiled} of its last "
+        f"{storm.window} calls: {storm.compile_seconds:.2f} s compiling, "
+        f"more than XLA had saved ({storm.saved_seconds:.2f} s)."
+    )
 
-    def message(self) -> str:
-        shown = ", ".join(str(v) for v in self.values)
-        values = f" (last sizes: {shown})" if shown else ""
-        return (
-            f"{self.function} recompiled {self.recompilations} times for "
-            f"new shapes of {self.where()}{values}, "
-            f"{self.compiled} of its last {self.window} calls: "
-            f"{self.compile_seconds:.2f} s compiling, more than XLA had "
-            f"saved ({self.saved_seconds:.2f} s)."
-        )
 
-    def fix(self, budget: int) -> str:
-        return (
-            f"Give {self.where()} a few fixed sizes: crop or slice to one "
-            "size, or pad to a few lengths (`keras_xla.data`'s helpers, "
-            "`padded_batch` with `padded_shapes`, bucketing), so XLA "
-            "compiles each once. If the sizes are bounded and few, raise "
-            f"`XLATuner(max_recompilations=...)` above {budget}."
-        )
+def fix(storm: GuardSection) -> str:
+    return (
+        f"Give {where(storm)} a few fixed sizes: crop or slice to one "
+        "size, or pad to a few lengths (`keras_xla.data`'s helpers, "
+        "`padded_batch` with `padded_shapes`, bucketing), so XLA "
+        "compiles each once. If the sizes are bounded and few, raise "
+        f"`XLATuner(max_recompilations=...)` above {storm.budget}."
+    )
 
 
 class RecompileGuard:
@@ -136,13 +107,16 @@ class RecompileGuard:
         self._last = None  # the last recompilation's primary change
         # The median call that compiled nothing (None: none seen yet).
         self.typical_seconds: float | None = None
-        self.storm: Storm | None = None  # once found, the guard is spent
+        # Once found, the guard is spent.
+        self.storm: GuardSection | None = None
 
     def observe(
         self, records: list[StepRecord], saved_seconds: float, epoch: int
-    ) -> Storm | None:
+    ) -> GuardSection | None:
         """Takes the train calls collected since the last call; returns
-        the storm the first time the rules hold, else None."""
+        the storm the first time the rules hold (the report's section,
+        its `action` and what follows from it for the owner to fill),
+        else None."""
         if self.storm is not None:
             return None
         if any(not r.new for r in records):
@@ -153,8 +127,9 @@ class RecompileGuard:
             self._take(record)
             if self._holds(saved_seconds):
                 last = self._last
-                self.storm = Storm(
-                    function=record.function,
+                self.storm = GuardSection(
+                    action="",
+                    budget=self.budget,
                     epoch=epoch,
                     step=record.first_step,
                     recompilations=self.recompilations,
