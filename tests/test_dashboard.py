@@ -357,3 +357,57 @@ def test_the_baseline_windows_are_a_band_at_their_global_steps():
     # No windows ran: no band.
     report.baseline.span = []
     assert views.baseline_band(report) is None
+
+
+def test_the_guards_fallback_is_marked_at_its_global_step():
+    from keras_xla.core.report import XLAReport
+
+    def epoch(n, steps):
+        return {
+            "epoch": n,
+            "steps": steps,
+            "compilations": 0,
+            "compile_seconds": 0.0,
+            "recompilations": 0,
+            "step_time_ms": {"median": 2.0, "p90": 2.0},
+            "examples_per_second": 100.0,
+        }
+
+    guard = {
+        "action": "fallback",
+        "budget": 8,
+        "epoch": 1,
+        "step": 3,
+        "recompilations": 9,
+        "compile_seconds": 4.5,
+        "saved_seconds": 0.0,
+        "window": 10,
+        "compiled": 9,
+        "input": "x",
+        "dim": 1,
+        "projected_compilations": 6.0,
+        "projected_seconds": 3.0,
+        "off_from": [1, 4],
+    }
+    report = XLAReport.from_dict(
+        {
+            "schema": "keras_xla.report/1",
+            "epochs": [epoch(0, 10), epoch(1, 10)],
+            "guard": guard,
+        }
+    )
+    assert not report.skipped
+    # Epoch 1 starts at global step 10: XLA off from global step 14.
+    assert views.guard_fallback(report) == {
+        "global_step": 14,
+        "recompilations": 9,
+        "compile_seconds": 4.5,
+        "input": "x",
+        "dim": 1,
+        "projected_compilations": 6.0,
+        "projected_seconds": 3.0,
+    }
+    assert views.run_view("r", report, [])["guard"]["global_step"] == 14
+    # Raised or warned: XLA was never turned off, nothing to mark.
+    report.guard.action = "warn"
+    assert views.guard_fallback(report) is None

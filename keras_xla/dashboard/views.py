@@ -157,6 +157,28 @@ def baseline_band(report: XLAReport) -> dict | None:
     }
 
 
+def guard_fallback(report: XLAReport) -> dict | None:
+    """Where the recompilation guard turned XLA off (the global train
+    step the rest of the fit trained without it from), with what the
+    storm cost and what the fallback avoided; None where it did not."""
+    g = report.guard
+    if g is None or g.action != "fallback" or len(g.off_from) != 2:
+        return None
+    offsets = epoch_offsets(report)
+    epoch, step = g.off_from
+    if epoch not in offsets:
+        return None
+    return {
+        "global_step": offsets[epoch][0] + step,
+        "recompilations": g.recompilations,
+        "compile_seconds": g.compile_seconds,
+        "input": g.input,
+        "dim": g.dim,
+        "projected_compilations": g.projected_compilations,
+        "projected_seconds": g.projected_seconds,
+    }
+
+
 def xla_figures(report: XLAReport) -> dict:
     """XLA's mode, auto-clustering's clusters and share, the HLO figures,
     compile-cache hits and the trial's decision, each None when absent."""
@@ -245,6 +267,7 @@ def run_view(run: str, report: XLAReport, step_times: list) -> dict:
             "markers": markers(report),
             "slow_steps": slow_steps(report),
             "baseline": baseline_band(report),
+            "guard": guard_fallback(report),
             "recompilations": [
                 {**r, "code": FINDING_CODES.get(r["cause"], r["cause"])}
                 for r in data["recompilations"]

@@ -231,6 +231,17 @@ function stepChart(view, onSelect) {
     chart.append(svg("text", { x: bx + 4, y: H - B - 6, class: "axis" },
       document.createTextNode("no-XLA baseline windows")));
   }
+  // The recompilation guard's fallback: no XLA from its step to the end.
+  const off = view.guard;
+  if (off) {
+    const gx = x(off.global_step - 0.5);
+    const rect = svg("rect", { x: gx, y: T, width: Math.max(W - R - gx, 2),
+      height: H - B - T, class: "guard-band" });
+    rect.append(svg("title", {}, document.createTextNode(guardText(off))));
+    chart.prepend(rect);
+    chart.append(svg("text", { x: gx + 4, y: T + 14, class: "axis" },
+      document.createTextNode("no XLA from here (recompilation storm)")));
+  }
   // Markers: one per compilation, a rule at its step and its head above
   // the plot; the labels above the heads, in rows, drawn after every
   // rule so no rule crosses a label.
@@ -284,6 +295,18 @@ function baselineText(band) {
     `median step: no XLA ${num(band.no_xla_step_ms)} ms, ` +
       `XLA ${num(band.xla_step_ms)} ms`,
   ].join("\n");
+}
+
+function guardText(off) {
+  const where = off.input ? `\`${off.input}\`` +
+    (off.dim === null ? "" : ` dimension ${off.dim}`) : "the inputs";
+  const avoided = off.projected_compilations
+    ? `; about ${Math.round(off.projected_compilations)} compilations ` +
+      `(${num(off.projected_seconds)} s) avoided`
+    : "";
+  return `the recompilation guard turned XLA off at global step ` +
+    `${off.global_step}: ${off.recompilations} recompilations for new ` +
+    `sizes of ${where} (${num(off.compile_seconds)} s)${avoided}`;
 }
 
 function markerLabel(m) {
