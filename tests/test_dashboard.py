@@ -403,7 +403,7 @@ def test_the_guards_fallback_is_marked_at_its_global_step():
         "recompilations": 9,
         "compile_seconds": 4.5,
         "input": "x",
-        "dim": 1,
+        "dims": [1],
         "projected_compilations": 6.0,
         "projected_seconds": 3.0,
     }

@@ -134,3 +134,17 @@ def test_the_summary_says_when_why_and_what_the_fallback_avoided():
     # And it survives the JSON.
     again = XLAReport.from_dict(report.to_dict())
     assert again.guard == report.guard and not again.skipped
+
+
+def test_a_square_crop_names_both_of_its_dimensions():
+    tracker = SignatureTracker()
+    records = []
+    for step, side in enumerate(range(40, 52)):
+        shape = (8, side, side, 3)
+        s = Signature(0, (TensorSignature("x", shape, "float32"),))
+        record = StepRecord("train", step, 0.5, signatures=[(s,)])
+        records.append(record)
+    detect_compilations("train", records, tracker)
+    storm = RecompileGuard(budget=8).observe(records, 0.0, 0)
+    assert (storm.dim, storm.dims) == (1, [1, 2])
+    assert "input `x`, dimensions 1, 2" in guard_lib.message(storm)

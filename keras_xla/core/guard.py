@@ -62,10 +62,14 @@ def projected(
 
 
 def where(storm: GuardSection) -> str:
+    """The input and its dimensions that kept changing, in words."""
     if storm.input is None:
         return "its inputs"
-    dim = "" if storm.dim is None else f", dimension {storm.dim}"
-    return f"input `{storm.input}`{dim}"
+    dims = storm.dims or ([] if storm.dim is None else [storm.dim])
+    if not dims:
+        return f"input `{storm.input}`"
+    word = "dimension" if len(dims) == 1 else "dimensions"
+    return f"input `{storm.input}`, {word} {', '.join(map(str, dims))}"
 
 
 def message(storm: GuardSection) -> str:
@@ -105,6 +109,7 @@ class RecompileGuard:
         self._steady: collections.deque = collections.deque(maxlen=64)
         self._values: collections.deque = collections.deque(maxlen=SHOWN_VALUES)
         self._last = None  # the last recompilation's primary change
+        self._dims: list = []  # and every dimension of its input changed
         # The median call that compiled nothing (None: none seen yet).
         self.typical_seconds: float | None = None
         # Once found, the guard is spent.
@@ -139,6 +144,7 @@ class RecompileGuard:
                     compiled=sum(self._recent),
                     input=last.input if last else None,
                     dim=last.dim if last else None,
+                    dims=list(self._dims),
                     cause=last.cause if last else "",
                     values=list(self._values),
                 )
@@ -163,8 +169,15 @@ class RecompileGuard:
         self.compile_seconds += seconds
         index, replica = again[-1]
         sig = record.signatures[index][replica]
-        change, _ = explain(record.previous[index, replica], sig, False)
+        change, changes = explain(record.previous[index, replica], sig, False)
         self._last = change
+        self._dims = sorted(
+            {
+                c.dim
+                for c in changes
+                if c.input == change.input and c.dim is not None
+            }
+        )
         if change.after is not None and change.dim is not None:
             after = change.after
             self._values.append(

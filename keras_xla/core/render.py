@@ -164,8 +164,10 @@ def guard_line(guard) -> list[str]:
         return []
     g = guard
     where = f"`{g.input}`" if g.input else "the inputs"
-    if g.dim is not None:
-        where += f" dimension {g.dim}"
+    dims = g.dims or ([] if g.dim is None else [g.dim])
+    if g.input and dims:
+        word = "dimension" if len(dims) == 1 else "dimensions"
+        where += f" {word} {', '.join(map(str, dims))}"
     found = (
         f"Recompilation storm at epoch {g.epoch}, step {g.step}: "
         f"{g.recompilations} recompilations for new sizes of {where} "

@@ -253,7 +253,9 @@ class GuardSection(Section):
     call that crossed the budget; `recompilations` and `compile_seconds` are
     the storm's until then, `saved_seconds` what XLA had saved by then;
     `compiled` of the last `window` calls compiled a new shape of
-    `input`'s dimension `dim` (`values`: its last sizes);
+    `input`'s dimension `dim` (`dims`: every dimension of it that
+    changed, as a square crop's height and width; `values`: `dim`'s last
+    sizes);
     `projected_compilations` and `projected_seconds` what the rest of the
     fit would have compiled at that rate (a fallback's saving; 0 where
     the fit's length is unknown)."""
@@ -274,6 +276,7 @@ class GuardSection(Section):
     projected_compilations: float = 0.0
     projected_seconds: float = 0.0
     off_from: list = dataclasses.field(default_factory=list)
+    dims: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass

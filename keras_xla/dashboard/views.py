@@ -173,7 +173,7 @@ def guard_fallback(report: XLAReport) -> dict | None:
         "recompilations": g.recompilations,
         "compile_seconds": g.compile_seconds,
         "input": g.input,
-        "dim": g.dim,
+        "dims": g.dims or ([] if g.dim is None else [g.dim]),
         "projected_compilations": g.projected_compilations,
         "projected_seconds": g.projected_seconds,
     }

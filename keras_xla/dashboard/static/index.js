@@ -298,8 +298,10 @@ function baselineText(band) {
 }
 
 function guardText(off) {
-  const where = off.input ? `\`${off.input}\`` +
-    (off.dim === null ? "" : ` dimension ${off.dim}`) : "the inputs";
+  const dims = off.dims || [];
+  const where = off.input ? `\`${off.input}\`` + (dims.length === 0 ? ""
+    : ` dimension${dims.length > 1 ? "s" : ""} ${dims.join(", ")}`)
+    : "the inputs";
   const avoided = off.projected_compilations
     ? `; about ${Math.round(off.projected_compilations)} compilations ` +
       `(${num(off.projected_seconds)} s) avoided`
