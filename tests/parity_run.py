@@ -89,18 +89,24 @@ def partial(log_dir, **tuner_args):
     return tuner.report
 
 
-class Padded(keras.utils.PyDataset):
-    """Token batches padded to the longest sequence in each batch."""
+class Lengths(keras.utils.PyDataset):
+    """Token batches of the given lengths, in order."""
 
-    LENGTHS = (8, 12, 8, 16, 12)
+    def __init__(self, lengths):
+        super().__init__()
+        self.lengths = lengths
 
     def __len__(self):
-        return len(self.LENGTHS)
+        return len(self.lengths)
 
     def __getitem__(self, i):
         rng = np.random.default_rng(i)
-        x = rng.integers(1, 50, (4, self.LENGTHS[i])).astype("int32")
+        x = rng.integers(1, 50, (4, self.lengths[i])).astype("int32")
         return x, rng.random((4, 1)).astype("float32")
+
+
+# Token batches padded to the longest sequence in each batch.
+PADDED = (8, 12, 8, 16, 12)
 
 
 def padded(log_dir):
@@ -115,7 +121,9 @@ def padded(log_dir):
     )
     model.compile("adam", "mse")
     tuner = keras_xla.XLATuner(log_dir=log_dir, verbose=0, baseline=False)
-    model.fit(Padded(), epochs=1, shuffle=False, verbose=0, callbacks=[tuner])
+    model.fit(
+        Lengths(PADDED), epochs=1, shuffle=False, verbose=0, callbacks=[tuner]
+    )
     return tuner.report
 
 
@@ -143,22 +151,6 @@ def unknown(log_dir):
     tuner = keras_xla.XLATuner(log_dir=log_dir, verbose=0, baseline=False)
     model.fit(batches(), epochs=1, verbose=0, callbacks=[tuner])
     return tuner.report
-
-
-class Lengths(keras.utils.PyDataset):
-    """Token batches of the given lengths, in order."""
-
-    def __init__(self, lengths):
-        super().__init__()
-        self.lengths = lengths
-
-    def __len__(self):
-        return len(self.lengths)
-
-    def __getitem__(self, i):
-        rng = np.random.default_rng(i)
-        x = rng.integers(1, 50, (4, self.lengths[i])).astype("int32")
-        return x, rng.random((4, 1)).astype("float32")
 
 
 def tokens(width, jit=True):

@@ -317,24 +317,26 @@ def test_the_xla_tab_renders_in_a_browser(logs, tmp_path):
     assert dom.count('<tr class="run-row') == 2
 
 
+def epoch_row(n, steps):
+    """An epoch of a report's JSON: `steps` steps, nothing compiled."""
+    return {
+        "epoch": n,
+        "steps": steps,
+        "compilations": 0,
+        "compile_seconds": 0.0,
+        "recompilations": 0,
+        "step_time_ms": {"median": 2.0, "p90": 2.0},
+        "examples_per_second": 100.0,
+    }
+
+
 def test_the_baseline_windows_are_a_band_at_their_global_steps():
     from keras_xla.core.report import XLAReport
-
-    def epoch(n, steps):
-        return {
-            "epoch": n,
-            "steps": steps,
-            "compilations": 0,
-            "compile_seconds": 0.0,
-            "recompilations": 0,
-            "step_time_ms": {"median": 2.0, "p90": 2.0},
-            "examples_per_second": 100.0,
-        }
 
     report = XLAReport.from_dict(
         {
             "schema": "keras_xla.report/1",
-            "epochs": [epoch(0, 10), epoch(1, 10)],
+            "epochs": [epoch_row(0, 10), epoch_row(1, 10)],
             "baseline": {
                 "steps": 8,
                 "no_xla_step_ms": 4.0,
@@ -362,17 +364,6 @@ def test_the_baseline_windows_are_a_band_at_their_global_steps():
 def test_the_guards_fallback_is_marked_at_its_global_step():
     from keras_xla.core.report import XLAReport
 
-    def epoch(n, steps):
-        return {
-            "epoch": n,
-            "steps": steps,
-            "compilations": 0,
-            "compile_seconds": 0.0,
-            "recompilations": 0,
-            "step_time_ms": {"median": 2.0, "p90": 2.0},
-            "examples_per_second": 100.0,
-        }
-
     guard = {
         "action": "fallback",
         "budget": 8,
@@ -392,7 +383,7 @@ def test_the_guards_fallback_is_marked_at_its_global_step():
     report = XLAReport.from_dict(
         {
             "schema": "keras_xla.report/1",
-            "epochs": [epoch(0, 10), epoch(1, 10)],
+            "epochs": [epoch_row(0, 10), epoch_row(1, 10)],
             "guard": guard,
         }
     )
