@@ -106,6 +106,10 @@ def test_selected_runs(example):
     assert example.selected_runs("fixed", "off") == [("fixed", False)]
 
 
+# ResNet-50 compiles for about 10 s a shape here: kept out of the default
+# run. The guard itself runs on both backends in test_parity.py; the
+# example's guard on its real sizes in benchmarks/guard_resnet50.py.
+@pytest.mark.slow
 def test_the_guard_turns_xla_off_for_crops_that_keep_compiling(
     example, tmp_path, capsys
 ):
