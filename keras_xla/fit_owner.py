@@ -88,18 +88,14 @@ class FitOwner:
         # without XLA: not steady XLA steps.
         self._no_xla_calls: set[tuple[int, int]] = set()
         # The recompilation guard, the epoch's train records it has seen,
-        # a storm found while a trial ran (acted on after it), and the
-        # last train call's start and length (the guard looks at calls
-        # long enough to have compiled).
+        # and the last train call's start and length (the guard looks at
+        # calls long enough to have compiled). A storm it found is acted
+        # on once, at the next train step (then it is the report's).
         budget = settings.max_recompilations
         self.guard = guard_lib.RecompileGuard(budget) if budget else None
         self._guarded = 0
-        self._storm: Any = None
         self._train_began: float | None = None
         self._train_seconds = 0.0
-        # Compilations the backend recorded since the guard last looked
-        # (TensorFlow's ledger; JAX's tap counts them per call).
-        self._compiled_since = 0
 
     # The fit's start and end.
 
@@ -224,24 +220,25 @@ class FitOwner:
         if runner is None:
             return None
         if runner.keep is not None:
+            reason = f"{why} during the no-XLA baseline window"
             self.report.baseline = report_lib.BaselineSection(
-                reason=f"{why} during the no-XLA baseline window"
-                if why
-                else ENDED_REASON
+                reason=reason if why else ENDED_REASON
+            )
+        elif why:
+            self.book.add(
+                codes.TRIAL_SKIPPED,
+                f"{why.capitalize()} during the XLA/precision trial: it "
+                "did not decide.",
+                "Give the inputs fixed shapes (the recompile-storm "
+                "finding's fix).",
             )
         else:
             self.book.add(
                 codes.TRIAL_SKIPPED,
-                f"{why.capitalize()} during the XLA/precision trial: it "
-                "did not decide."
-                if why
-                else "The fit ended before the XLA/precision trial decided: "
+                "The fit ended before the XLA/precision trial decided: "
                 "nothing was chosen, and the model is left as you "
                 "compiled it.",
-                "Give the inputs fixed shapes (the recompile-storm "
-                "finding's fix)."
-                if why
-                else "Let the fit run past the trial's steps.",
+                "Let the fit run past the trial's steps.",
             )
         self._abandoned(runner)
         return runner
@@ -367,46 +364,33 @@ class FitOwner:
 
     # The recompilation guard.
 
-    def _storm_check_due(self) -> bool:
-        """Whether the last train call may have compiled: it ran long
-        enough (`guard.CHECK_SECONDS`, and twice the typical call) while
-        XLA trains. (JAX knows from its compile events.)"""
-        typical = self.guard.typical_seconds or 0.0
-        return (
-            self._train_seconds >= max(guard_lib.CHECK_SECONDS, 2 * typical)
-            and self.guard.storm is None
-            and self._xla_trains()
-        )
-
     def _watch_storm(self, batch: int) -> None:
         """Before train step `batch`: where the last call may have
         compiled, the calls so far are collected and shown to the guard;
         a storm is acted on now, before the step (a trial or baseline
         window running ends: XLA's side of it is the storm)."""
-        if self._storm_check_due():
+        looking = self.guard.storm is None and self._xla_trains()
+        seen = self._compiled_in_last_call() if looking else None
+        if seen is not None:
             self._train_seconds = 0.0
             self.log.close(time.perf_counter())  # the last call ended
             records = self.log.collect("train", next_step=batch)
-            if records and self._compiled_since > len(records[-1].new):
+            if records and seen > len(records[-1].new):
                 # The backend saw more compilations than the call's own:
                 # another function's (its spike is a compilation).
-                last = records[-1]
-                last.other_compilations += self._compiled_since - len(last.new)
+                records[-1].other_compilations += seen - len(records[-1].new)
             self._observe(records)
-        if self._storm is not None:
-            storm, self._storm = self._storm, None
+        if self.guard.storm is not None and self.report.guard is None:
             if self.trial is not None:
                 self._abandon_trial(GUARD_REASON)
-            self._act_on_storm(storm, batch)
+            self._act_on_storm(self.guard.storm, batch)
 
     def _observe(self, records: list) -> None:
         """The epoch's train records the guard has not seen yet."""
         new, self._guarded = records[self._guarded :], len(records)
-        storm = self.guard.observe(
+        self.guard.observe(
             new, self._xla_saved_seconds(), self.accountant.epoch
         )
-        if storm is not None:
-            self._storm = storm
 
     def _xla_saved_seconds(self) -> float:
         """What XLA saved so far: the baseline's difference per step times
@@ -432,45 +416,22 @@ class FitOwner:
         """The guard found a storm; train step `batch` is next:
         `on_recompile_storm` says what to do (fall back to no XLA from
         that step, raise, or warn)."""
-        action = self.settings.on_recompile_storm
-        epoch = self.accountant.epoch
-        count, seconds = guard_lib.projected(
-            storm, self._remaining_calls(epoch, batch)
+        action, epoch = self.settings.on_recompile_storm, self.accountant.epoch
+        remaining = self._remaining_calls(epoch, batch)
+        message, fix, reason = guard_lib.act(
+            storm, action, epoch, batch, remaining
         )
-        storm.action = action
-        storm.projected_compilations = round(count, 1)
-        storm.projected_seconds = round(seconds, 2)
-        storm.off_from = [epoch, batch] if action == "fallback" else []
         self.report.guard = storm
-        message, fix = guard_lib.message(storm), guard_lib.fix(storm)
         place = ("train", storm.input, storm.dim)
+        self.book.add(codes.RECOMPILE_STORM, message, fix, place)
         if action == "raise":
-            self.book.add(codes.RECOMPILE_STORM, message, fix, place)
             self.interrupted()
             raise guard_lib.XLARecompileStormError(f"{message} Fix: {fix}")
-        if action == "warn":
-            message += " Training goes on with XLA (on_recompile_storm='warn')."
-            self.book.add(codes.RECOMPILE_STORM, message, fix, place)
-            return
-        avoided = (
-            f" At that rate the rest of the fit would have compiled about "
-            f"{count:.0f} more times ({seconds:.1f} s)."
-            if count
-            else ""
-        )
-        message += (
-            f" XLA is off from epoch {epoch}, step {batch} on "
-            f"(on_recompile_storm='fallback').{avoided}"
-        )
-        self.book.add(codes.RECOMPILE_STORM, message, fix, place)
-        self._fall_back()
-        if self.report.jit is not None:
-            self.report.jit.enabled = False
-            self.report.jit.reason = (
-                f"the recompilation guard turned XLA off at epoch {epoch}, "
-                f"step {batch}: train kept compiling for new shapes of "
-                f"{guard_lib.where(storm)}"
-            )
+        if action == "fallback":
+            self._fall_back()
+            if self.report.jit is not None:
+                self.report.jit.enabled = False
+                self.report.jit.reason = reason
 
     # What a backend supplies. Those with a body do nothing by default.
 
@@ -478,6 +439,17 @@ class FitOwner:
         """The rest of the fit trains without XLA, from the next call: the
         model's step functions without XLA (of its precision)."""
         raise NotImplementedError
+
+    def _compiled_in_last_call(self) -> int | None:
+        """None where the last train call cannot have compiled; else the
+        compilations the backend recorded since the guard last looked (0
+        where it cannot say, or counts them per call). By default: a
+        call that ran long enough (`guard.CHECK_SECONDS`, and twice the
+        typical call that compiled nothing)."""
+        typical = self.guard.typical_seconds or 0.0
+        if self._train_seconds < max(guard_lib.CHECK_SECONDS, 2 * typical):
+            return None
+        return 0
 
     def _put_side(self, runner: Any, switched: bool) -> None:
         """The runner's `active` candidate trains the next call

@@ -61,15 +61,22 @@ def projected(
     return count, count * each
 
 
+def dimensions(storm: GuardSection) -> str:
+    """The input's dimensions that kept changing, in words ("" if none
+    is known): `dimension 1`, `dimensions 1, 2`."""
+    dims = storm.dims or ([] if storm.dim is None else [storm.dim])
+    if not dims:
+        return ""
+    word = "dimension" if len(dims) == 1 else "dimensions"
+    return f"{word} {', '.join(map(str, dims))}"
+
+
 def where(storm: GuardSection) -> str:
     """The input and its dimensions that kept changing, in words."""
     if storm.input is None:
         return "its inputs"
-    dims = storm.dims or ([] if storm.dim is None else [storm.dim])
-    if not dims:
-        return f"input `{storm.input}`"
-    word = "dimension" if len(dims) == 1 else "dimensions"
-    return f"input `{storm.input}`, {word} {', '.join(map(str, dims))}"
+    dims = dimensions(storm)
+    return f"input `{storm.input}`" + (f", {dims}" if dims else "")
 
 
 def message(storm: GuardSection) -> str:
@@ -81,6 +88,44 @@ def message(storm: GuardSection) -> str:
         f"{storm.window} calls: {storm.compile_seconds:.2f} s compiling, "
         f"more than XLA had saved ({storm.saved_seconds:.2f} s)."
     )
+
+
+def act(
+    storm: GuardSection,
+    action: str,
+    epoch: int,
+    step: int,
+    remaining_calls: int | None,
+) -> tuple[str, str, str]:
+    """Fills the storm's `action`, what a fallback avoids at its rate
+    over the fit's `remaining_calls`, and where XLA goes off (train step
+    `step` of `epoch`, next); returns the finding's message and fix and,
+    for a fallback, the reason XLA is off ("" otherwise)."""
+    count, seconds = projected(storm, remaining_calls)
+    storm.action = action
+    storm.projected_compilations = round(count, 1)
+    storm.projected_seconds = round(seconds, 2)
+    storm.off_from = [epoch, step] if action == "fallback" else []
+    said = message(storm)
+    if action == "raise":
+        return said, fix(storm), ""
+    if action == "warn":
+        said += " Training goes on with XLA (on_recompile_storm='warn')."
+        return said, fix(storm), ""
+    said += (
+        f" XLA is off from epoch {epoch}, step {step} on "
+        "(on_recompile_storm='fallback')."
+    )
+    if count:
+        said += (
+            f" At that rate the rest of the fit would have compiled about "
+            f"{count:.0f} more times ({seconds:.1f} s)."
+        )
+    reason = (
+        f"the recompilation guard turned XLA off at epoch {epoch}, step "
+        f"{step}: train kept compiling for new shapes of {where(storm)}"
+    )
+    return said, fix(storm), reason
 
 
 def fix(storm: GuardSection) -> str:
@@ -162,7 +207,7 @@ class RecompileGuard:
                 s for key, s in zip(record.new, measured) if key in again
             )
         else:  # estimated: the call beyond a steady one, shared
-            typical = statistics.median(self._steady) if self._steady else 0
+            typical = self.typical_seconds or 0.0
             share = len(again) / len(record.new)
             seconds = max(record.seconds - typical, 0.0) * share
         self.recompilations += len(again)

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from keras_xla.core import figures
+from keras_xla.core import guard as guard_lib
 
 if TYPE_CHECKING:  # render reads a report; it never builds one
     from keras_xla.core.report import (
@@ -164,10 +165,8 @@ def guard_line(guard) -> list[str]:
         return []
     g = guard
     where = f"`{g.input}`" if g.input else "the inputs"
-    dims = g.dims or ([] if g.dim is None else [g.dim])
-    if g.input and dims:
-        word = "dimension" if len(dims) == 1 else "dimensions"
-        where += f" {word} {', '.join(map(str, dims))}"
+    if g.input and guard_lib.dimensions(g):
+        where += f" {guard_lib.dimensions(g)}"
     found = (
         f"Recompilation storm at epoch {g.epoch}, step {g.step}: "
         f"{g.recompilations} recompilations for new sizes of {where} "

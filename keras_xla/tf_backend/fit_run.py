@@ -329,18 +329,19 @@ class FitRun(FitOwner):
     def _xla_trains(self) -> bool:
         return bool(self.jit_on)
 
-    def _storm_check_due(self) -> bool:
-        """A call long enough to have compiled (the owner's rule) is looked
-        at only where XLA's ledger recorded a compilation since the last
-        look (one listing of it, against 0.6 ms to collect the calls)."""
-        if not super()._storm_check_due():
-            return False
+    def _compiled_in_last_call(self) -> int | None:
+        """A call long enough to have compiled (the owner's rule) counts
+        where XLA's ledger recorded compilations since the last look (one
+        listing of it, against 0.6 ms to collect the calls)."""
+        if super()._compiled_in_last_call() is None:
+            return None
         written = compile_ledger.written()
         if written is None:
-            return True  # no ledger: the calls themselves say
+            return 0  # no ledger: the calls themselves say
         seen, self._written = self._written, written
-        self._compiled_since = written - seen if seen is not None else 0
-        return written != seen
+        if seen is None:
+            return 0  # the first look: what the ledger held is not known
+        return written - seen or None
 
     def _fall_back(self) -> None:
         xla_setting.set_xla(self.model, False)
