@@ -47,6 +47,24 @@ def test_planted_calls_are_labelled_by_what_explains_them():
     assert spikes.label(records, None) == []
 
 
+def tuned_fit(model, x, y, callback):
+    """One epoch in batches of 16, in order, under a tuner (no baseline,
+    no HLO analysis) with `callback` after it; returns the tuner."""
+    tuner = XLATuner(verbose=0, baseline=False, analyze_hlo=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.fit(
+            x,
+            y,
+            batch_size=16,
+            epochs=1,
+            shuffle=False,
+            verbose=0,
+            callbacks=[tuner, callback],
+        )
+    return tuner
+
+
 class PauseAt(keras.callbacks.Callback):
     """The host pauses 80 ms after one train batch (a callback's work)."""
 
@@ -71,18 +89,7 @@ def test_a_host_pause_is_unexplained_and_a_new_shape_a_compilation():
     model.compile("adam", "mse", jit_compile=True)
     x = np.random.rand(16 * 12 + 8, 16).astype("float32")
     y = np.random.rand(16 * 12 + 8, 1).astype("float32")
-    tuner = XLATuner(verbose=0, baseline=False, analyze_hlo=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model.fit(
-            x,
-            y,
-            batch_size=16,
-            epochs=1,
-            shuffle=False,
-            verbose=0,
-            callbacks=[tuner, PauseAt(6)],
-        )
+    tuner = tuned_fit(model, x, y, PauseAt(6))
     epoch = tuner.report.epochs[0]
     kinds = {s["step"]: s["kind"] for s in epoch.spikes}
     # The first call and the short last batch (step 12) compiled; the
@@ -121,17 +128,7 @@ def test_another_functions_compilation_is_not_a_host_pause():
     model.compile("sgd", "mse", jit_compile=True)
     x = np.random.rand(16 * 16, 16).astype("float32")
     y = np.random.rand(16 * 16, 1).astype("float32")
-    tuner = XLATuner(verbose=0, baseline=False, analyze_hlo=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model.fit(
-            x,
-            y,
-            batch_size=16,
-            epochs=1,
-            verbose=0,
-            callbacks=[tuner, CompileAt(9)],
-        )
+    tuner = tuned_fit(model, x, y, CompileAt(9))
     epoch = tuner.report.epochs[0]
     kinds = {s["step"]: s["kind"] for s in epoch.spikes}
     # The compile ledger recorded a compilation during call 9 that is not
