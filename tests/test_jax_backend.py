@@ -671,7 +671,9 @@ def test_a_known_step_time_and_the_verdict_against_separate_fits(timed):
     assert xla >= 20.0  # the planted computation ran
     assert result["epochs"][-1]["median"] == pytest.approx(xla, rel=0.1)
     truth = statistics.median(separate["no_xla"]) / xla
-    assert 1.5 < truth < 4.0  # 40 ms (and op-by-op dispatch) against 20
+    # 40 ms (and op-by-op dispatch, which slows as the process ages: a
+    # machine's figure, 4.13 seen once) against 20.
+    assert 1.5 < truth < 5.0
     verdict = result["verdict"]
     assert verdict["speedup"] == pytest.approx(truth, rel=0.15)
     low, high = verdict["speedup_low"], verdict["speedup_high"]
