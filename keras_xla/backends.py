@@ -82,24 +82,17 @@ ONE_BACKEND_ONLY = {
         JAX,
         "keras.distribution's data iterator; tf.distribute pads instead",
     ),
-    "input-bound": (
-        JAX,
-        "the wait for a batch is timed apart on JAX only (below)",
-    ),
     "backend-unsupported": (
         JAX,
         "a TensorFlow feature asked for on JAX (XLAModel, profile_steps)",
     ),
     "clustering": (TENSORFLOW, "auto-clustering is TF's"),
     "profile": (TENSORFLOW, "profile_steps uses TF's profiler"),
-    # The figures of `core.figures.APART` (the dispatch, the input wait
-    # and its share).
+    # The figures of `core.figures.APART` (the dispatch).
     "timed apart": (
         JAX,
-        "JAX's call returns before its results exist, and its tap sees "
-        "the iterator's next(): the host's part and the wait for the batch "
-        "are timed apart; on TensorFlow the call returns with the results "
-        "and its get-next runs inside the step function",
+        "JAX's call returns before its results exist: the host's part is "
+        "timed apart; on TensorFlow the call returns with the results",
     ),
 }
 

@@ -40,6 +40,15 @@ def main():
         )
     tf.profiler.experimental.stop()
     report = tuner.report
+    from keras_xla.tf_backend import autoclustering, compile_ledger
+    from keras_xla.tf_backend.input_wait import SCOPE
+
+    ledger = compile_ledger.status().directory
+    clustered = {
+        op
+        for path in compile_ledger.entries(ledger)
+        for op in autoclustering.read_cluster(path)[1]
+    }
     print(
         json.dumps(
             {
@@ -54,6 +63,11 @@ def main():
                 "codes": report.finding_codes(),
                 "jit": report.jit.reason,
                 "summary": report.summary(),
+                "clustered_ops": len(clustered),
+                "clustered_stamps": sorted(o for o in clustered if SCOPE in o),
+                "input_ms": [
+                    e.step_time_ms.get("input_median") for e in report.epochs
+                ],
             }
         )
     )

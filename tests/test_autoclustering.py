@@ -118,6 +118,11 @@ def test_auto_clustering_counts_match_the_profiler(tmp_path):
     assert f"hold {inside} of its" in out["summary"]
     assert all(name.split("/")[1].startswith("cluster_") for name in clusters)
     assert "Auto-clustering is on" in out["jit"]
+    # The input-wait stamps sit beside the clusters, never in one: they
+    # compile nothing; and the wait for each batch is seen.
+    assert out["clustered_ops"] > 0
+    assert out["clustered_stamps"] == []
+    assert all(ms is not None and ms >= 0.0 for ms in out["input_ms"])
 
 
 def test_set_jit_alone_on_a_cpu_is_said_to_do_nothing(tmp_path):

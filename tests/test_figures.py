@@ -49,7 +49,8 @@ def test_each_figure_is_declared_once_with_a_unique_tag_and_key():
     assert all(t.startswith("xla/") for t in tags)
     assert all(f.meaning for f in figures.FIGURES)
     whens = {figures.EVERY_EPOCH, figures.AFTER_HLO, figures.WITH_CACHE}
-    assert {f.when for f in figures.FIGURES} <= whens | {figures.APART}
+    whens |= {figures.APART, figures.WAIT_SEEN}
+    assert {f.when for f in figures.FIGURES} <= whens
 
 
 def test_the_scalars_are_the_registered_tags_with_their_values():
@@ -80,6 +81,7 @@ def test_every_tag_is_in_exactly_one_group_summaries_writes():
         summaries.HLO_TAGS,
         summaries.CACHE_TAGS,
         summaries.APART_TAGS,
+        summaries.WAIT_TAGS,
     )
     grouped = [t for g in groups for t in g]
     assert sorted(grouped) == sorted(f.tag for f in figures.FIGURES if f.tag)

@@ -283,6 +283,7 @@ def test_tensorboard_events_without_tensorflow(fits):
     # apart too), and nothing else but the per-call series and texts.
     expected = {
         *summaries.SCALAR_TAGS, *summaries.HLO_TAGS, *summaries.APART_TAGS,
+        *summaries.WAIT_TAGS,
         "xla/step_time_ms", "xla/findings", "xla/verdict", "xla/report",
     }  # fmt: skip
     assert tags == expected

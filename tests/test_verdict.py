@@ -112,7 +112,8 @@ def test_an_input_bound_run_puts_the_input_first():
     quick = verdict.build(report)
     assert quick.input_share == 0.1
     assert quick.headline.startswith("XLA made each step 1.50x")
-    # Where the wait is not timed apart (TensorFlow), there is no figure.
+    # Where the wait is not seen (TensorFlow at several steps per call),
+    # there is no figure.
     del report.epochs[0].step_time_ms["input_median"]
     untimed = verdict.build(report)
     assert (untimed.input_share, untimed.compute_speedup) == (None, None)

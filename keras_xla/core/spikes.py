@@ -65,7 +65,7 @@ def label(
         elif record.warmup or record.first_step == 0:
             # A function's first call, a baseline's no-XLA call, or an
             # epoch's first call (its iterator starts, its prefetch
-            # fills; TensorFlow's wait for it is not timed apart).
+            # fills).
             kind = WARMUP
         else:
             kind = UNEXPLAINED

@@ -26,6 +26,7 @@ SCALAR_TAGS = figures.tags(figures.EVERY_EPOCH)
 HLO_TAGS = figures.tags(figures.AFTER_HLO)
 CACHE_TAGS = figures.tags(figures.WITH_CACHE)
 APART_TAGS = figures.tags(figures.APART)
+WAIT_TAGS = figures.tags(figures.WAIT_SEEN)
 FINDINGS_TAG = "xla/findings"
 DECISION_TAG = "xla/decision"
 VERDICT_TAG = "xla/verdict"

@@ -47,7 +47,8 @@ class StepRecord:
         own_seconds: The tuner's own time in the call's hooks (its cost
             to the step).
         input_seconds: The time the call waited for its batches; None
-            where not seen (TensorFlow fetches them inside its step).
+            where not seen (TensorFlow with several steps per call or
+            replicas, or run eagerly).
         other_compilations: XLA compilations the backend recorded during
             the call that are not its step's (another function's, a
             callback's): a spike they explain is not a host pause.
@@ -256,4 +257,21 @@ def attach_steps(
         record.trace_seconds = sum(
             s for t, s in traces if begin <= t < begin + record.seconds
         )
+    return records
+
+
+def attach_waits(
+    records: list[StepRecord], waits: Sequence[float | None]
+) -> list[StepRecord]:
+    """Gives each of `records` (their signatures attached, in order) the
+    wait for its batches: `waits` holds one value (seconds, or None where
+    it was not seen) per step, in the order of the records' steps. A call
+    gets the sum of its steps' waits where every one was seen."""
+    position = 0
+    for record in records:
+        count = len(record.signatures)
+        mine = waits[position : position + count]
+        position += count
+        if count and len(mine) == count and None not in mine:
+            record.input_seconds = float(sum(mine))
     return records

@@ -4,9 +4,11 @@ The probe runs inside the compiled step, so it sees the concrete shapes XLA
 compiles for, without a host callback (`tf.py_function` would break XLA).
 At trace time it notes each input's path, static shape and dtype; for the
 dimensions unknown at trace time it writes `tf.shape` values into a small
-ring buffer variable, one row per step: `[step, trace, dims...]`. After each
-call of the train function the host reads that one variable (about 15 us)
-and rebuilds the exact signature of every step that ran, also with
+ring buffer variable, one row per step: `[step, trace, dims..., wait]`
+(`wait`: the microseconds the train call waited for the step's batch,
+where `input_wait` stamped it, else -1). After each call of the train
+function the host reads that one variable (about 15 us) and rebuilds the
+exact signature of every step that ran, also with
 `steps_per_execution > 1`, where several steps run in one call.
 """
 
@@ -26,11 +28,13 @@ from keras_xla.tf_backend.hlo import PROBE_SCOPE
 
 logger = logging.getLogger(__name__)
 
-ROW_WIDTH = 32  # step, trace, and up to 30 dynamic dimensions per step
+# step, trace, up to 30 dynamic dimensions, and the wait for the batch
+DIM_SLOTS = 30
+ROW_WIDTH = DIM_SLOTS + 3
 # Past 30 dynamic dimensions, the first 29 are kept and the rest folded
 # into one hashed value in the last slot, so a change in any of them is
 # still a new signature (and a counted compilation).
-KEPT_DIMS = ROW_WIDTH - 3
+KEPT_DIMS = DIM_SLOTS - 1
 FOLDED = "(folded dimensions)"
 # Ring rows per step of a call: the host reads the ring once per run (or
 # when it is about to wrap), not after every step. A read right after a
@@ -50,7 +54,7 @@ class _Trace:
             for d, size in enumerate(shape)
             if size is None
         ]
-        self.fold = len(self.dynamic) > ROW_WIDTH - 2
+        self.fold = len(self.dynamic) > DIM_SLOTS
 
     @property
     def folded(self) -> list[tuple[str, int]]:
@@ -87,15 +91,24 @@ class ShapeProbe:
         slots: Ring buffer rows; must be at least the number of steps one
             call of the function runs (`steps_per_execution`).
         strategy: The model's distribution strategy, or `None`.
+        stamps: The `input_wait.InputStamps` whose wait each step takes
+            into its row, or None (the wait is not seen).
     """
 
     def __init__(
-        self, function: str, slots: int = 1, strategy: Any = None
+        self,
+        function: str,
+        slots: int = 1,
+        strategy: Any = None,
+        stamps: Any = None,
     ) -> None:
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots}.")
         self.function = function
         self.slots = int(slots)
+        self.stamps = stamps
+        # The waits (seconds, or None) of the steps the last read returned.
+        self.waits: list[float | None] = []
         replicas = getattr(strategy, "num_replicas_in_sync", 1)
         self._strategy = strategy if replicas > 1 else None
         with tf.init_scope(), _scope(self._strategy):
@@ -164,8 +177,14 @@ class ShapeProbe:
                 folded = folded * 1_000_003 + size + 1
             dims = dims[:KEPT_DIMS] + [folded]
         step = self._counter.assign_add(1)
-        pad = [tf.constant(0, tf.int64)] * (ROW_WIDTH - 2 - len(dims))
-        row = tf.stack([step, tf.constant(trace_id, tf.int64)] + dims + pad)
+        pad = [tf.constant(0, tf.int64)] * (DIM_SLOTS - len(dims))
+        if self.stamps is not None:
+            wait = self.stamps.take()
+        else:
+            wait = tf.constant(-1, tf.int64)
+        row = tf.stack(
+            [step, tf.constant(trace_id, tf.int64)] + dims + pad + [wait]
+        )
         slot = tf.math.floormod(step, self.slots)
         # assign(tensor_scatter_nd_update) rather than scatter_nd_update:
         # sync-on-read (per-replica) variables only implement assign.
@@ -215,6 +234,10 @@ class ShapeProbe:
             fresh = rows[rows[:, 0] > last]
             per_replica.append(fresh[np.argsort(fresh[:, 0])])
         steps = min(len(rows) for rows in per_replica)
+        self.waits = [
+            float(us) / 1e6 if us >= 0 else None
+            for us in per_replica[0][:steps, -1]
+        ]
         if not steps:
             return []
         self._last_step = int(per_replica[0][steps - 1, 0])
@@ -224,11 +247,11 @@ class ShapeProbe:
         ]
 
     def _signature(self, row: np.ndarray) -> Signature:
-        key = row[1:].tobytes()
+        key = row[1:-1].tobytes()
         sig = self._signatures.get(key)
         if sig is None:
             trace_id = int(row[1])
-            sig = self._traces[trace_id].signature(trace_id, row[2:])
+            sig = self._traces[trace_id].signature(trace_id, row[2:-1])
             self._signatures[key] = sig
         return sig
 

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from keras_xla.core.signatures import SignatureTracker
+from keras_xla.tf_backend import input_wait
 from keras_xla.tf_backend.probe import RING_CALLS, ShapeProbe, install_probe
 
 FUNCTIONS = ("train", "test")
@@ -56,11 +57,13 @@ class Config(NamedTuple):
 @dataclasses.dataclass(eq=False)
 class _Family:
     """What the variants of one precision and steps per call share: the
-    probe their step records into and the traced step (None: each
-    variant traces its own)."""
+    probe their step records into, the traced step (None: each variant
+    traces its own) and the stamps of the train calls' wait for their
+    batch (None where they are not stamped)."""
 
     probe: ShapeProbe
     step: Any
+    stamps: input_wait.InputStamps | None = None
 
 
 @dataclasses.dataclass(eq=False)
@@ -171,26 +174,39 @@ class StepFunctions:
         key = (function, config.steps_per_call, config.policy)
         family = self._families.get(key)
         if family is None:
+            stamps = None
+            if _stamped(model, function, config):
+                stamps = input_wait.InputStamps()
             probe = ShapeProbe(
                 function,
                 slots=RING_CALLS * config.steps_per_call,
                 strategy=model.distribute_strategy,
+                stamps=stamps,
             )
             share = share if self.share is None else self.share
             shared = share and not native and not model.run_eagerly
             step = _traced_step(model, function) if shared else None
-            family = self._families[key] = _Family(probe, step)
+            family = self._families[key] = _Family(probe, step, stamps)
         self.holder[function] = family.probe
         make = getattr(model, f"make_{function}_function")
+
+        def build() -> None:
+            if family.stamps is None:
+                make(force=True)
+            else:
+                input_wait.install(
+                    model, lambda: make(force=True), family.stamps
+                )
+
         if family.step is None:
-            make(force=True)
+            build()
         else:
             # Keras builds the function around `model.<function>_step`.
             attr = f"{function}_step"
             probed = model.__dict__[attr]
             object.__setattr__(model, attr, family.step)
             try:
-                make(force=True)
+                build()
             finally:
                 object.__setattr__(model, attr, probed)
         return Variant(
@@ -217,6 +233,18 @@ def probe_of(model: Any, function: str) -> ShapeProbe | None:
     """The probe `model`'s `function` step records into now, if any."""
     functions = model.__dict__.get(StepFunctions.ATTR)
     return functions.probe(function) if functions is not None else None
+
+
+def _stamped(model: Any, function: str, config: Config) -> bool:
+    """Whether `config`'s train function fetches each batch right before
+    its step, where the wait for it can be stamped: one step per call,
+    traced, on one replica."""
+    return (
+        function == "train"
+        and config.steps_per_call == 1
+        and not model.run_eagerly
+        and model.distribute_strategy.num_replicas_in_sync == 1
+    )
 
 
 def _traced_step(model: Any, function: str) -> Any:

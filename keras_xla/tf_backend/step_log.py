@@ -2,7 +2,8 @@
 
 The timer stamps each call; when a run ends (or the probe's ring buffer
 is about to wrap) the new calls become `StepRecord`s, get the signatures
-the probe read and the tracing time it measured, and, while XLA is on,
+the probe read, the wait for their batches it carried (`input_wait`) and
+the tracing time it measured, and, while XLA is on,
 the compilations they show (`accounting.detect_compilations`; under
 auto-clustering the compile ledger's entries,
 `accounting.detect_cluster_compilations`). Records stay here until the
@@ -19,7 +20,7 @@ from keras_xla.core.accounting import (
     detect_compilations,
 )
 from keras_xla.core.step_timer import StepTimer
-from keras_xla.core.timing import StepRecord, attach_steps
+from keras_xla.core.timing import StepRecord, attach_steps, attach_waits
 from keras_xla.tf_backend import autoclustering, compile_ledger
 from keras_xla.tf_backend.step_functions import StepFunctions
 
@@ -135,6 +136,7 @@ class StepLog:
             offset = self.timer.clock_offset
             traces = [(offset + t, s) for t, s in probe.pop_traces()]
             attach_steps(records, steps, traces, next_step)
+            attach_waits(records, probe.waits)
             self._probed = self._probed or bool(probe.steps_recorded)
             # An empty dataset: the function traced, and no step ran.
             self._probed = self._probed or (probe.traced and not steps)
