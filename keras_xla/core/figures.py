@@ -64,8 +64,9 @@ class Figure:
         across: How a run's epochs combine in a comparison (`sum`,
             `median`).
         when: When it is written (`EVERY_EPOCH`, `AFTER_HLO`,
-            `WITH_CACHE`, `APART`, `WAIT_SEEN`; one that is not measured on a backend
-            or in an epoch is left out of that epoch's scalars).
+            `WITH_CACHE`, `APART`, `WAIT_SEEN`; one that is not measured
+            on a backend or in an epoch is left out of that epoch's
+            scalars).
         read: Its value from an epoch's `EpochStats` and the report's
             HLO section (a dict, or None); defaults to reading `key`.
     """
@@ -201,7 +202,6 @@ FIGURES: tuple[Figure, ...] = (
         "xla/input_ms_median",
         "the time a step waits for its batch",
         unit="ms",
-        column="wait ms",
         when=WAIT_SEEN,
     ),
     Figure(
