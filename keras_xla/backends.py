@@ -144,6 +144,12 @@ def fit_owner() -> type:
     return _part("fit_owner")
 
 
+def worker(model: Any) -> Any:
+    """This process's `core.job.Worker` in a job of several workers
+    training `model`, or None."""
+    return _part("environment").worker(model)
+
+
 def compile_cache() -> Any:
     """The persistent compile cache's module (`enable_compile_cache`,
     `clear_compile_cache`)."""

@@ -4,7 +4,9 @@
 CPU features, the XLA flag variables (checked before any TensorFlow op: a
 bad `TF_XLA_FLAGS` aborts the process at its first op), op determinism and
 a timed compile. `keras-xla report LOGDIR [LOGDIR2]` renders the
-`xla_report.json` that `XLATuner(log_dir=...)` writes, or compares two.
+`xla_report.json` that `XLATuner(log_dir=...)` writes, or compares two;
+a job's log dir (its workers' reports under `workers/`), or the log dirs
+of one job's workers, give the job's table (`core.job`).
 Whatever a report file holds, `report` prints what it could read (and
 notes on stderr what it skipped) or exits 2 with one line naming the file
 and what was wrong, never a traceback; strings from reports and paths are
@@ -23,6 +25,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TF loads
 
 from keras_xla import backends  # noqa: E402
 from keras_xla.core import compare, reading, render  # noqa: E402
+from keras_xla.core import job as job_lib  # noqa: E402
 from keras_xla.core.report import REPORT_FILENAME, XLAReport  # noqa: E402
 
 USAGE_ERROR = 2
@@ -115,12 +118,56 @@ def render_report(args: argparse.Namespace, runs: list) -> str:
     return compare.comparison(shown, [render.printable(x) for x in labels])
 
 
+def _job_dir(path: str) -> bool:
+    """Whether `path` is a job's log dir: the chief's job report, or
+    workers' reports under `workers/`, and no report of its own."""
+    if not os.path.isdir(path):
+        return False
+    if os.path.isfile(os.path.join(path, job_lib.JOB_FILENAME)):
+        return True
+    return not os.path.isfile(
+        os.path.join(path, REPORT_FILENAME)
+    ) and os.path.isdir(os.path.join(path, job_lib.WORKERS_DIR))
+
+
+def _job_of_dir(path: str) -> job_lib.JobReport:
+    """A job log dir's job report: rebuilt from the workers' reports
+    there (the chief's file where none can be read)."""
+    reports = job_lib.read_workers(path)
+    if reports:
+        return job_lib.merge(reports.values())
+    return job_lib.JobReport.load(os.path.join(path, job_lib.JOB_FILENAME))
+
+
+def _print_job(args: argparse.Namespace, job: job_lib.JobReport) -> int:
+    if args.json:
+        _emit(render.json_text(job.to_dict()), sys.stdout)
+    else:
+        lines = render.job_summary(job)
+        _emit("\n".join(render.printable(line) for line in lines), sys.stdout)
+    return 0
+
+
 def run_report(args: argparse.Namespace) -> int:
-    paths = [args.logdir] + ([args.logdir2] if args.logdir2 else [])
+    paths = [args.logdir, *args.more]
+    if len(paths) == 1 and _job_dir(paths[0]):
+        try:
+            return _print_job(args, _job_of_dir(paths[0]))
+        except (OSError, ValueError) as error:
+            _tell(f"{paths[0]}: no job report could be read ({error}).")
+            return USAGE_ERROR
     try:
         runs = [load_report(path) for path in paths]
     except ReportError as error:
         _tell(str(error))
+        return USAGE_ERROR
+    if all(report.worker is not None for report, _ in runs) and len(runs) > 1:
+        return _print_job(args, job_lib.merge(report for report, _ in runs))
+    if len(runs) > 2:
+        _tell(
+            f"{len(runs)} reports: give one run, two to compare, or the "
+            "log dirs of one job's workers (their reports name them)."
+        )
         return USAGE_ERROR
     try:
         text = render_report(args, runs)
@@ -159,7 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--json", action="store_true", help="print JSON")
     doctor.set_defaults(run=run_doctor)
     report = commands.add_parser(
-        "report", help="render xla_report.json, or compare two runs"
+        "report",
+        help="render xla_report.json, compare two runs, or merge a job's "
+        "workers",
     )
     report.add_argument(
         "logdir",
@@ -167,10 +216,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"a log dir holding {REPORT_FILENAME}, or that file",
     )
     report.add_argument(
-        "logdir2",
-        nargs="?",
+        "more",
+        nargs="*",
         metavar="LOGDIR2",
-        help="a second run to compare with the first (ratio = second / first)",
+        help="a second run to compare with the first (ratio = second / "
+        "first); or, for a job whose workers kept separate log dirs, every "
+        "worker's log dir (merged into the job's table)",
     )
     report.add_argument(
         "--labels",

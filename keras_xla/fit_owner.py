@@ -20,19 +20,27 @@ accounting -> epoch statistics -> report -> verdict -> outputs.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import os
+import socket
 import time
 from typing import Any
 
+from keras_xla import backends
 from keras_xla.auto.policy import Status
 from keras_xla.auto.runner import Decided, Measured, Next
+from keras_xla.core import files, lints, render, summaries
 from keras_xla.core import findings as codes
 from keras_xla.core import guard as guard_lib
-from keras_xla.core import lints, render, summaries
+from keras_xla.core import job as job_lib
 from keras_xla.core import report as report_lib
 from keras_xla.core import verdict as verdict_lib
 from keras_xla.core.accounting import Accountant
 from keras_xla.core.findings import FindingBook
 from keras_xla.fit_outputs import FitOutputs
+
+logger = logging.getLogger(__name__)
 
 # The baseline section's reason when the fit ended in its windows.
 ENDED_REASON = "the fit ended during the no-XLA baseline window"
@@ -69,11 +77,25 @@ class FitOwner:
         params: dict | None,
         previous_trial: tuple | None = None,
     ) -> None:
-        self.settings = settings
         self.model = model
         self.params = params or {}
         self.report = report_lib.XLAReport()
         self.book = FindingBook(self.report.findings)
+        # A worker of a job keeps its outputs under the job's log dir,
+        # `<log_dir>/workers/<index>/`; the chief gathers them at the end.
+        self.worker = _worker(model)
+        self.job_dir = settings.log_dir if self.worker else None
+        if self.worker is not None:
+            self.report.worker = {**self.worker.to_dict(), "finished": False}
+            if settings.log_dir:
+                where = job_lib.worker_dir(settings.log_dir, self.worker.index)
+                settings = dataclasses.replace(settings, log_dir=where)
+        # The log dir is this fit's for its length: another process's fit
+        # writing there keeps its report, and this one writes beside it.
+        self._held: int | None = None
+        if settings.log_dir:
+            settings = self._claim(settings)
+        self.settings = settings
         self.accountant = Accountant(self.report, self.book)
         self.trial_result = previous_trial
         self.active = False
@@ -97,6 +119,36 @@ class FitOwner:
         self._train_began: float | None = None
         self._train_seconds = 0.0
 
+    def _claim(self, settings: Any) -> Any:
+        """Holds `settings.log_dir` for this fit; where another process's
+        fit holds it, this fit's outputs go to its own folder in it
+        (`<host>-<pid>`), and a finding says so. Returns the settings
+        with the log dir this fit writes to."""
+        log_dir = settings.log_dir
+        path = os.path.join(log_dir, report_lib.REPORT_FILENAME)
+        try:
+            files.own_directory(log_dir)
+            self._held = files.hold(path)
+            if self._held is not None:
+                return settings
+            mine = os.path.join(
+                log_dir, f"{socket.gethostname()}-{os.getpid()}"
+            )
+            files.own_directory(mine)
+            self._held = files.hold(
+                os.path.join(mine, report_lib.REPORT_FILENAME)
+            )
+        except OSError:
+            return settings  # Its outputs will say what failed.
+        self.book.add(
+            codes.LOG_DIR_SHARED,
+            f"Another process's fit is writing its report into "
+            f"log_dir={log_dir!r}; this fit's report and TensorBoard run "
+            f"went to {mine!r}, so neither overwrites the other.",
+            "Give each run its own log_dir (a sweep: one folder per run).",
+        )
+        return dataclasses.replace(settings, log_dir=mine)
+
     # The fit's start and end.
 
     def begin(self) -> None:
@@ -105,7 +157,15 @@ class FitOwner:
         raise NotImplementedError
 
     def end(self) -> str | None:
-        """Ends the fit; returns the summary text (None if inactive)."""
+        """Ends the fit; returns the summary text (None if inactive). The
+        log dir is no longer this fit's."""
+        try:
+            return self._end()
+        finally:
+            files.release(self._held)
+            self._held = None
+
+    def _end(self) -> str | None:
         if not self.active:
             return None
         self.active = False
@@ -118,8 +178,40 @@ class FitOwner:
             self._release()
             self._leave_model()
         self.report.verdict = verdict_lib.build(self.report)
+        if self.report.worker is not None:
+            self.report.worker["finished"] = True
         self.outputs.write()
-        return render.summary(self.report)
+        text = render.summary(self.report)
+        job = self._job_report()
+        if job is not None:
+            text += "\n\n" + "\n".join(render.job_summary(job))
+        return text
+
+    def _job_report(self) -> Any:
+        """The chief of a job with a log dir: the job's report from every
+        worker's (a bounded wait for them), written beside them; None
+        elsewhere or where it failed (a finding)."""
+        if self.worker is None or not self.worker.chief or not self.job_dir:
+            return None
+        try:
+            reports = job_lib.gather(self.job_dir, self.worker.count)
+            reports[self.worker.index] = self.report
+            job = job_lib.build(reports, self.worker.count, self.worker.job)
+            job.write(self.job_dir)
+            return job
+        except Exception as error:  # noqa: BLE001 - never stop training
+            if self.settings.strict:
+                raise
+            logger.exception("keras_xla: the job report failed.")
+            self.book.add(
+                codes.OUTPUT_FAILED,
+                f"the job report failed: {type(error).__name__}: {error}",
+                f"Make log_dir={self.job_dir!r} a writable directory that "
+                "every worker shares, or merge the workers' log dirs with "
+                "`keras-xla report DIR DIR ...`.",
+                ("the job report",),
+            )
+            return None
 
     def interrupted(self) -> None:
         """The fit raised (KeyboardInterrupt, another callback, the data,
@@ -418,9 +510,11 @@ class FitOwner:
         that step, raise, or warn)."""
         action, epoch = self.settings.on_recompile_storm, self.accountant.epoch
         remaining = self._remaining_calls(epoch, batch)
+        workers = self.worker.count if self.worker else 1
         message, fix, reason = guard_lib.act(
-            storm, action, epoch, batch, remaining
+            storm, action, epoch, batch, remaining, workers
         )
+        action = storm.action
         self.report.guard = storm
         place = ("train", storm.input, storm.dim)
         self.book.add(codes.RECOMPILE_STORM, message, fix, place)
@@ -506,3 +600,13 @@ class FitOwner:
 
     def _check(self, stats: Any, records: list) -> None:
         raise NotImplementedError
+
+
+def _worker(model: Any) -> job_lib.Worker | None:
+    """Which worker of a job this process is (None outside one, or where
+    the backend could not say)."""
+    try:
+        return backends.worker(model)
+    except Exception:  # noqa: BLE001 - never stop training
+        logger.debug("keras_xla: no worker identity.", exc_info=True)
+        return None

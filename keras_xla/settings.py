@@ -106,9 +106,11 @@ class Settings:
         spe: int,
         probed: bool,
         clustering: Any = None,
+        workers: int = 1,
     ) -> auto_runner.Request:
         """What the trial is asked for, and what this fit allows
-        (`clustering`: the report's auto-clustering section)."""
+        (`clustering`: the report's auto-clustering section; `workers`:
+        the job's, where this fit is one worker of a job)."""
         return auto_runner.Request(
             jit=self.jit_compile,
             precision=self.mixed_precision,
@@ -131,6 +133,7 @@ class Settings:
                 and clustering.active
                 and "set_jit" in clustering.source
             ),
+            workers=workers,
         )
 
 

@@ -293,6 +293,7 @@ class XLATuner(keras.callbacks.Callback):
                 "does nothing, and its report holds only this finding.",
                 "Pass one XLATuner to fit(callbacks=[...]); read its report.",
             )
+            self._run.end()  # it never began: what it holds is let go
             return
         self._guarded("on_train_begin", self._run.begin)
         if callbacks is not None:

@@ -197,6 +197,12 @@ def test_trial_runner_settles_without_a_fit():
     assert unknown.decision.status == "skipped"
     assert "length is unknown" in unknown.skipped[0]
     assert model.jit_compile is False  # as compiled: original setting
+    # One worker of a job: no clock of its own decides; the model trains
+    # as compiled, on every worker alike.
+    job = trial_runner.plan(model, request(workers=2), original, None)
+    assert job.decision.status == "skipped"
+    assert "one of a job's 2 workers" in job.skipped[0]
+    assert model.jit_compile is False
     kept = ModelState(model)
     previous = (model, kept, Decision("decided", "no_xla/float32", "r"))
     again = trial_runner.plan(model, request(), original, previous)

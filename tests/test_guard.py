@@ -148,3 +148,19 @@ def test_a_square_crop_names_both_of_its_dimensions():
     storm = RecompileGuard(budget=8).observe(records, 0.0, 0)
     assert (storm.dim, storm.dims) == (1, [1, 2])
     assert "input `x`, dimensions 1, 2" in guard_lib.message(storm)
+
+
+def test_a_worker_of_a_job_warns_instead_of_falling_back_alone():
+    storm = GuardSection(
+        action="", budget=8, epoch=0, step=9, recompilations=9,
+        compile_seconds=4.5, saved_seconds=0.0, window=10, compiled=9,
+        input="x", dim=1, cause="dynamic_dim", values=[13, 14],
+    )  # fmt: skip
+    said, _, reason = guard_lib.act(storm, "fallback", 0, 10, 20, workers=2)
+    assert storm.action == "warn" and storm.off_from == [] and reason == ""
+    assert "one of a job's 2 workers" in said
+    # Alone, the same storm falls back.
+    alone = GuardSection(**{**storm.to_dict(), "action": ""})
+    _, _, reason = guard_lib.act(alone, "fallback", 0, 10, 20)
+    assert alone.action == "fallback" and alone.off_from == [0, 10]
+    assert reason.startswith("the recompilation guard turned XLA off")

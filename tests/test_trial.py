@@ -974,3 +974,10 @@ def test_a_window_stamped_in_bursts_counts_its_mean():
     steady = [0.070] * 6 + [0.300]
     assert unbursted(steady, 0.5) == steady
     assert unbursted([0.001], 0.5) == [0.001]
+    # The whole burst reached the window's first call: its later steps
+    # read no time at all. The window's wall time over its steps holds.
+    late = Trial([A, B], A, window_calls=4)
+    late.advance()
+    late.close_window([record(0.0012)] + [record(0.0)] * 3)
+    (window,) = late.windows_of(late.windows[0][0])
+    assert window == pytest.approx([0.0003] * 3)

@@ -107,6 +107,10 @@ class Request:
             (`DeviceInfo`s); None: TensorFlow's.
         first_jit: The XLA setting of the candidates tried first (the
             one the fit starts with); None: the candidates' own order.
+        workers: The workers of the job this fit is one of (1: alone).
+            A job's workers would each decide by their own clock, and
+            workers in different configurations wait for each other at
+            every collective: a job does not run the trial.
     """
 
     jit: Any
@@ -124,6 +128,7 @@ class Request:
     tunables: policy.Tunables | None = None
     devices: Any = None
     first_jit: bool | None = None
+    workers: int = 1
 
 
 def plan(
@@ -190,6 +195,14 @@ def plan(
             "it needs the tuner's step probe, which a plain Keras model "
             "under a multi-replica strategy does not get",
             "Build the model as `keras_xla.XLAModel`.",
+        )
+    if request.workers > 1:
+        plan = (
+            f"this fit is one of a job's {request.workers} workers, each of "
+            "which would decide by its own clock; workers that chose "
+            "differently would wait for each other at every collective",
+            "Choose on one process first (a single-worker run with "
+            '"auto"), then give the job that setting.',
         )
     if not isinstance(plan, policy.TrialPlan):
         decision = Decision(Status.SKIPPED, None, "", rows)

@@ -130,7 +130,15 @@ class Trial:
             if not record.compiled and record.trace_seconds == 0.0:
                 timed.extend([record.seconds_per_step] * record.steps)
         timed = unbursted(timed, self.tunables.burst_share)
-        self._seconds[candidate].extend(timed)
+        if timed and not any(timed):
+            # The whole burst reached the window's first call: its later
+            # steps took no time on the clock. The window's wall time over
+            # its steps (its first call's included) is what holds.
+            steady = [r for r in fresh if not r.compiled]
+            steps = sum(r.steps for r in steady)
+            if steps:
+                per_step = sum(r.seconds for r in steady) / steps
+                timed = [per_step] * len(timed)
         self.windows.append((candidate, timed))
         last = fresh[-1].first_step + fresh[-1].steps - 1
         self.span[1:] = [(self.epoch, last)]

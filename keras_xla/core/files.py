@@ -102,6 +102,38 @@ def locked(path: str) -> Iterator[None]:
         os.close(fd)  # Releases the lock.
 
 
+def hold(path: str) -> int | None:
+    """Takes an exclusive lock on `path`'s sibling `<path>.lock` (created
+    `0o600`, never through a link) without waiting, held until
+    `release` (or the process ends: the system drops a dead holder's
+    lock). Returns its descriptor, or None when another holder has it
+    (-1 where files cannot be locked).
+
+    Raises:
+        OSError: When the lock file cannot be opened.
+    """
+    if fcntl is None:
+        return -1
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path + ".lock", flags | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def release(fd: int | None) -> None:
+    """Drops a lock `hold` took (nothing for None or -1)."""
+    if fd is not None and fd >= 0:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
 @contextlib.contextmanager
 def deferring(pending: list) -> Iterator[list]:
     """Inside the block, `write_later` appends `(path, data)` to

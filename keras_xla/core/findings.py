@@ -59,6 +59,11 @@ TENSOR_CORE_ALIGNMENT = "tensor-core-alignment"
 TUNER_OVERHEAD = "tuner-overhead"
 INPUT_BOUND = "input-bound"
 RECOMPILE_STORM = "recompile-storm"
+# A job across workers (`core.job`: the chief's job report).
+WORKER_MISSING = "worker-missing"
+WORKER_COMPILED_ALONE = "worker-compiled-alone"
+STRAGGLER = "straggler"
+LOG_DIR_SHARED = "log-dir-shared"
 # Precision.
 POLICY_SET_AFTER_BUILD = "policy-set-after-build"
 LOW_PRECISION_OUTPUT = "low-precision-output"
@@ -145,6 +150,10 @@ CODES: dict[str, Code] = _table(
     (FOLDED_DIMENSIONS, "info", "dimensions past 30 recorded as one hash"),
     (INDIVISIBLE_BATCH, "error", "a batch does not divide over the devices"),
     (BACKEND_UNSUPPORTED, "warning", "a TensorFlow-only feature, not applied"),
+    (WORKER_MISSING, "warning", "a job's worker wrote no report"),
+    (WORKER_COMPILED_ALONE, "warning", "one worker compiled, the rest waited"),
+    (STRAGGLER, "warning", "one worker's step is slower than the others'"),
+    (LOG_DIR_SHARED, "warning", "another fit was writing into the log dir"),
 )
 
 

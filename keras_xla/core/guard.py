@@ -96,12 +96,26 @@ def act(
     epoch: int,
     step: int,
     remaining_calls: int | None,
+    workers: int = 1,
 ) -> tuple[str, str, str]:
     """Fills the storm's `action`, what a fallback avoids at its rate
     over the fit's `remaining_calls`, and where XLA goes off (train step
     `step` of `epoch`, next); returns the finding's message and fix and,
-    for a fallback, the reason XLA is off ("" otherwise)."""
+    for a fallback, the reason XLA is off ("" otherwise). One of a job's
+    `workers` warns instead of falling back: alone without XLA, it would
+    make the others wait for it at every collective."""
     count, seconds = projected(storm, remaining_calls)
+    if action == "fallback" and workers > 1:
+        storm.action = "warn"
+        storm.projected_compilations = round(count, 1)
+        storm.projected_seconds = round(seconds, 2)
+        storm.off_from = []
+        said = message(storm) + (
+            f" Training goes on with XLA: this is one of a job's {workers} "
+            "workers, and one that left XLA alone would make the others "
+            "wait for it at every collective."
+        )
+        return said, fix(storm), ""
     storm.action = action
     storm.projected_compilations = round(count, 1)
     storm.projected_seconds = round(seconds, 2)

@@ -545,3 +545,36 @@ def profile_lines(profile) -> list[str]:
         f"  the profiler saw {profile.profiler_compilations} XLA "
         f"compilations, the tuner {tuner}: {agree}",
     ]
+
+
+JOB_HEADER = ("worker", "host", "compiles", "recompiles", "compile s")
+JOB_HEADER += ("median ms", "steps")
+
+
+def job_summary(job: Any) -> list[str]:
+    """A job's answer (`core.job.JobReport`): its verdict, a row per
+    worker, and what only the job shows, worst first."""
+    lines = [job.verdict["headline"], ""]
+    rows = [JOB_HEADER]
+    for w in job.workers:
+        rows.append(
+            (
+                str(w.index),
+                w.host or "-",
+                str(w.compilations),
+                str(len(w.recompilations)),
+                f"{w.compile_seconds:.2f}",
+                "-" if w.step_ms is None else f"{w.step_ms:.2f}",
+                str(w.train_steps),
+            )
+        )
+    for index in job.missing:
+        rows.append((str(index), "(missing)", *("-",) * 5))
+    lines += format_table(rows)
+    if job.findings:
+        lines += ["", f"Job findings ({len(job.findings)}):"]
+        for f in job.findings:
+            cost = f" ({f['seconds']:.2f} s)" if f.get("seconds") else ""
+            lines.append(f"[{f['code']}] worker {f['worker']}{cost}: ")
+            lines[-1] += f"{f['message']} Fix: {f['fix']}"
+    return lines

@@ -172,6 +172,9 @@ class XLAReport:
     baseline: BaselineSection | None = None
     guard: GuardSection | None = None
     verdict: Verdict | None = None
+    # Which worker of a job wrote it (`core.job.Worker`'s fields, and
+    # `finished` once its training ended); None outside a multi-worker job.
+    worker: dict | None = None
     # Whether this report has written its file (a later fit archives it).
     _written: bool = dataclasses.field(default=False, repr=False, compare=False)
     # What reading its JSON left out (`from_dict`); never written.
@@ -202,6 +205,7 @@ class XLAReport:
             "findings": [dataclasses.asdict(f) for f in self.findings],
             "compile_log": [dataclasses.asdict(c) for c in self.compile_log],
             "outside_compilations": list(self.outside_compilations),
+            "worker": dict(self.worker) if self.worker is not None else None,
             **{
                 name: section.to_dict() if section is not None else None
                 for name, section in self.sections().items()
@@ -281,6 +285,7 @@ class XLAReport:
         skipped: list[str] = []
         known = {"schema", "environment", "jit", "epochs", "recompilations"}
         known |= {"findings", "compile_log", "outside_compilations"}
+        known |= {"worker"}
         sections = {
             "compile_cache": CompileCacheSection,
             "clustering": ClusteringSection,
@@ -298,6 +303,10 @@ class XLAReport:
         if environment is not None and not isinstance(environment, dict):
             skipped.append("environment (not an object)")
             environment = None
+        worker = data.get("worker")
+        if worker is not None and not isinstance(worker, dict):
+            skipped.append("worker (not an object)")
+            worker = None
         outside = data.get("outside_compilations")
         if outside is not None and not isinstance(outside, list):
             skipped.append("outside_compilations (not a list)")
@@ -321,6 +330,7 @@ class XLAReport:
                 Compilation, data.get("compile_log"), "compile_log", skipped
             ),
             outside_compilations=list(outside or []),
+            worker=dict(worker) if worker is not None else None,
             **{
                 name: section.from_dict(data.get(name), skipped, name)
                 for name, section in sections.items()

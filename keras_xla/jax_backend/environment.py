@@ -166,3 +166,30 @@ def machine() -> tuple[list[str], str]:
 def auto_clustering() -> None:
     """TensorFlow's auto-clustering: none on JAX."""
     return None
+
+
+def worker(model: Any) -> Any:
+    """This process's `core.job.Worker` in a JAX multi-process job
+    (`jax.distributed.initialize`), else None."""
+    import socket
+
+    import jax
+
+    from keras_xla.core import job
+
+    count = jax.process_count()
+    if count < 2:
+        return None
+    try:
+        from jax._src import distributed
+
+        address = distributed.global_state.coordinator_address
+    except (ImportError, AttributeError):
+        address = None
+    return job.Worker(
+        jax.process_index(),
+        count,
+        socket.gethostname(),
+        "jax.distributed",
+        address,
+    )

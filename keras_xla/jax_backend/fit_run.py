@@ -169,7 +169,13 @@ class FitRun(FitOwner):
         the fit's own configuration trains)."""
         model, start = self.model, self._start
         request = dataclasses.replace(
-            self.settings.trial_request(start.jit, self.params, spe, True),
+            self.settings.trial_request(
+                start.jit,
+                self.params,
+                spe,
+                True,
+                workers=self.worker.count if self.worker else 1,
+            ),
             devices=environment.device_infos(),
             first_jit=start.jit,  # Keras's jitted step: the fit's own
         )

@@ -66,3 +66,20 @@ def device_infos(devices: Iterable[Any] | None = None) -> list[DeviceInfo]:
                 capability = details.get("compute_capability")
         infos.append(DeviceInfo(kind, str(device.name), capability))
     return infos
+
+
+def worker(model: Any) -> Any:
+    """This process's `core.job.Worker` where the model trains under a
+    `MultiWorkerMirroredStrategy` of several workers (TF_CONFIG names
+    them), else None."""
+    import os
+    import socket
+
+    import tensorflow as tf
+
+    from keras_xla.core import job
+
+    strategy = getattr(model, "distribute_strategy", None)
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return None
+    return job.from_tf_config(os.environ.get("TF_CONFIG"), socket.gethostname())

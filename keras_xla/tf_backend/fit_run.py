@@ -229,6 +229,7 @@ class FitRun(FitOwner):
             spe,
             self.functions is not None,
             self.report.clustering,
+            workers=self.worker.count if self.worker else 1,
         )
         if original is None:
             outcome = auto_runner.plan_baseline(

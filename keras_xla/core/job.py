@@ -1,0 +1,449 @@
+"""One job's answer from its workers' reports.
+
+A job that trains on several workers (TensorFlow's
+`MultiWorkerMirroredStrategy`, JAX's multi-process runtime) runs one
+tuner per worker. Each knows its `Worker` (index, count, host) and keeps
+its report under the job's log dir, `<log_dir>/workers/<index>/`; the
+chief (worker 0) reads them all at the end of training (a bounded wait,
+never a collective of its own) and writes the job's report,
+`<log_dir>/xla_job_report.json`; `keras-xla report DIR DIR ...` merges
+workers' reports kept in separate log dirs the same way.
+
+What only a job shows, each a finding with the worker named:
+
+- `worker-missing`: a worker whose report never came (it died, its log
+  dir is not shared, or it is still training when the wait ran out);
+- `worker-compiled-alone`: a worker compiled a step for shapes no other
+  worker compiled (an uneven shard's partial batch, a worker-local
+  shape): every other worker waited for that compilation at the next
+  collective;
+- `straggler`: a worker whose steady step is clearly slower than the
+  others' (the job steps at its pace).
+
+The job's verdict: a step of the job is as slow as its slowest worker,
+and its compiling as long as the longest; the speedup is the slowest
+worker's no-XLA step over the slowest worker's XLA step.
+
+Pure logic: nothing here imports TensorFlow, Keras or JAX.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import statistics
+import time
+from collections.abc import Iterable
+
+from keras_xla.core import files
+from keras_xla.core import findings as codes
+from keras_xla.core.report import REPORT_FILENAME, XLAReport
+
+JOB_FILENAME = "xla_job_report.json"
+JOB_SCHEMA = "keras_xla.job/1"
+WORKERS_DIR = "workers"
+# The chief waits at most this long at the end of its training for the
+# other workers' final reports (the job's workers end together; a
+# bounded wait is all it costs).
+GATHER_SECONDS = 30.0
+POLL_SECONDS = 0.2
+# A straggler's steady step is this much slower than the median of the
+# others' (ratio, and at least this many ms).
+STRAGGLER_RATIO = 1.2
+STRAGGLER_MIN_MS = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class Worker:
+    """Which worker of a job this process is.
+
+    Attributes:
+        index: Its index in the job (0 is the chief).
+        count: How many workers the job has.
+        host: The machine's name.
+        engine: What runs the job (`tf.distribute`, `jax.distributed`).
+        job: What the job's workers share and another job's do not (the
+            cluster's addresses), where known.
+    """
+
+    index: int
+    count: int
+    host: str
+    engine: str
+    job: str | None = None
+
+    @property
+    def chief(self) -> bool:
+        return self.index == 0
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def from_tf_config(text: str | None, host: str) -> Worker | None:
+    """This process's `Worker` from TensorFlow's `TF_CONFIG` (JSON: the
+    cluster's `chief` and `worker` addresses, this `task`'s type and
+    index); None outside a cluster of several workers. The chief, where
+    the cluster names one, is worker 0."""
+    try:
+        config = json.loads(text) if text else None
+        cluster = config["cluster"]
+        task = config["task"]
+        chiefs = list(cluster.get("chief") or [])
+        workers = list(cluster.get("worker") or [])
+        kind, number = task["type"], int(task["index"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    count = len(chiefs) + len(workers)
+    if count < 2 or kind not in ("chief", "worker"):
+        return None
+    index = number if kind == "chief" else len(chiefs) + number
+    job = ",".join(chiefs + workers)
+    return Worker(index, count, host, "tf.distribute", job)
+
+
+def worker_dir(log_dir: str, index: int) -> str:
+    """Where worker `index` keeps its report and TensorBoard run."""
+    return os.path.join(log_dir, WORKERS_DIR, str(index))
+
+
+@dataclasses.dataclass
+class WorkerRow:
+    """One worker's line in the job's table."""
+
+    index: int
+    host: str | None
+    compilations: int
+    recompilations: list
+    compile_seconds: float
+    step_ms: float | None
+    train_steps: int
+    finished: bool
+    xla_step_ms: float | None = None
+    baseline_step_ms: float | None = None
+
+
+@dataclasses.dataclass
+class JobReport:
+    """The job's answer: a row per worker, the job's findings and its
+    verdict."""
+
+    count: int
+    workers: list
+    missing: list
+    findings: list
+    verdict: dict
+    job: str | None = None
+    schema: str = JOB_SCHEMA
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def write(self, log_dir: str) -> str:
+        path = os.path.join(log_dir, JOB_FILENAME)
+        text = json.dumps(self.to_dict(), indent=2)
+        return files.write_into_own_directory(path, text)
+
+    @classmethod
+    def load(cls, path: str) -> JobReport:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        if not isinstance(data, dict) or data.get("schema") != JOB_SCHEMA:
+            raise ValueError(f"{path} is not a keras_xla job report")
+        data["workers"] = [WorkerRow(**w) for w in data.get("workers", [])]
+        return cls(**data)
+
+    def codes(self) -> list[str]:
+        return [f["code"] for f in self.findings]
+
+
+def row_of(report: XLAReport, index: int) -> WorkerRow:
+    """A worker's row from its report."""
+    worker = report.worker or {}
+    medians = [
+        e.step_time_ms.get("median")
+        for e in report.epochs
+        if e.step_time_ms and e.step_time_ms.get("median") is not None
+    ]
+    verdict = report.verdict
+    return WorkerRow(
+        index=index,
+        host=worker.get("host"),
+        compilations=report.total_compilations,
+        recompilations=[
+            {
+                "function": r.function,
+                "epoch": r.epoch,
+                "step": r.step,
+                "input": r.input,
+                "dim": r.dim,
+                "after": r.after,
+                "cause": r.cause,
+                "compile_seconds": r.compile_seconds,
+            }
+            for r in report.recompilations
+        ],
+        compile_seconds=round(
+            sum(c.compile_seconds for c in report.compile_log), 3
+        ),
+        step_ms=round(statistics.median(medians), 4) if medians else None,
+        train_steps=sum(e.steps for e in report.epochs),
+        finished=bool(worker.get("finished")),
+        xla_step_ms=verdict.xla_step_ms if verdict else None,
+        baseline_step_ms=verdict.baseline_step_ms if verdict else None,
+    )
+
+
+def build(
+    reports: dict[int, XLAReport], count: int, job: str | None = None
+) -> JobReport:
+    """The job's report from its workers' reports (by index); `count`
+    workers were expected."""
+    rows = [row_of(reports[i], i) for i in sorted(reports)]
+    missing = [i for i in range(count) if i not in reports]
+    found = [_missing(i, count) for i in missing]
+    found += _compiled_alone(reports)
+    found += _stragglers(rows)
+    found.sort(key=lambda f: -(f.get("seconds") or 0.0))
+    return JobReport(
+        count=count,
+        workers=rows,
+        missing=missing,
+        findings=found,
+        verdict=_verdict(rows, found, count),
+        job=job,
+    )
+
+
+def _finding(code: str, worker: int, message: str, fix: str, seconds=None):
+    return {
+        "code": code,
+        "worker": worker,
+        "message": message,
+        "fix": fix,
+        "seconds": None if seconds is None else round(seconds, 3),
+    }
+
+
+def _missing(index: int, count: int) -> dict:
+    return _finding(
+        codes.WORKER_MISSING,
+        index,
+        f"Worker {index} of {count} wrote no report: it died, its log dir "
+        "is not the job's, or it had not finished when the chief gave up "
+        "waiting.",
+        "Give every worker the same log_dir on a shared file system, or "
+        "merge their log dirs: `keras-xla report DIR DIR ...`.",
+    )
+
+
+def _signatures(report: XLAReport) -> dict[tuple, float]:
+    """What a worker compiled: (function, its shapes) -> seconds."""
+    out: dict[tuple, float] = {}
+    for c in report.compile_log:
+        key = (c.function, json.dumps(c.shapes, sort_keys=True))
+        out[key] = out.get(key, 0.0) + c.compile_seconds
+    return out
+
+
+def _compiled_alone(reports: dict[int, XLAReport]) -> list[dict]:
+    """A worker's compilations that no other worker made."""
+    if len(reports) < 2:
+        return []
+    compiled = {i: _signatures(r) for i, r in reports.items()}
+    found = []
+    for index, signatures in sorted(compiled.items()):
+        others = set().union(*(s for i, s in compiled.items() if i != index))
+        for (function, shapes), seconds in signatures.items():
+            if (function, shapes) in others:
+                continue
+            why = _cause(reports[index], function, json.loads(shapes))
+            waiting = len(reports) - 1
+            others = (
+                "the other worker"
+                if waiting == 1
+                else f"the other {waiting} workers"
+            )
+            found.append(
+                _finding(
+                    codes.WORKER_COMPILED_ALONE,
+                    index,
+                    f"Worker {index} compiled {function} for "
+                    f"{_shapes(json.loads(shapes))}{why[0]}, which no other "
+                    f"worker did: {others} waited about "
+                    f"{seconds:.2f} s for it at the next collective.",
+                    why[1]
+                    or "Give every worker the same shapes: shards of equal "
+                    "size (`drop_remainder=True`, or pad the last batch: "
+                    "`keras_xla.data.pad_batches`).",
+                    seconds * waiting,
+                )
+            )
+    return found
+
+
+def _cause(report: XLAReport, function: str, shapes: dict) -> tuple[str, str]:
+    """The worker's explanation of a compilation for `shapes`: its
+    recompilation's input, dimension and cause, and its fix."""
+    for r in report.recompilations:
+        if (
+            r.function == function
+            and r.input
+            and shapes.get(r.input) == r.after
+        ):
+            return (
+                f" (input `{r.input}` dim {r.dim}: {r.before} -> {r.after}, "
+                f"{r.cause.replace('_', ' ')})",
+                r.fix,
+            )
+    return "", ""
+
+
+def _shapes(shapes: dict) -> str:
+    return ", ".join(f"`{path}` {shape}" for path, shape in shapes.items())
+
+
+def _stragglers(rows: list[WorkerRow]) -> list[dict]:
+    timed = [r for r in rows if r.step_ms is not None]
+    found = []
+    for row in timed:
+        others = [r.step_ms for r in timed if r is not row]
+        if not others:
+            continue
+        pace = statistics.median(others)
+        if (
+            row.step_ms >= STRAGGLER_RATIO * pace
+            and row.step_ms - pace >= STRAGGLER_MIN_MS
+        ):
+            lost = (row.step_ms - pace) / 1000.0 * row.train_steps
+            found.append(
+                _finding(
+                    codes.STRAGGLER,
+                    row.index,
+                    f"Worker {row.index}'s steady step takes "
+                    f"{row.step_ms:.2f} ms against the others' "
+                    f"{pace:.2f} ms: the job steps at its pace.",
+                    "Look at that worker's machine (another process, a "
+                    "slower device, its input pipeline: its report's "
+                    "`input-bound`), or give it a smaller share of the "
+                    "data.",
+                    lost,
+                )
+            )
+    return found
+
+
+def _verdict(rows: list[WorkerRow], found: list[dict], count: int) -> dict:
+    """Did XLA pay off for the job: as slow as its slowest worker."""
+    xla = [r.xla_step_ms for r in rows if r.xla_step_ms is not None]
+    base = [r.baseline_step_ms for r in rows if r.baseline_step_ms]
+    compile_s = max((r.compile_seconds for r in rows), default=0.0)
+    steps = max((r.train_steps for r in rows), default=0)
+    job_xla = max(xla) if xla else None
+    job_base = max(base) if base else None
+    speedup = break_even = paid_back = None
+    if job_xla and job_base:
+        speedup = round(job_base / job_xla, 3)
+        saved = (job_base - job_xla) / 1000.0
+        if saved > 0:
+            break_even = math.ceil(compile_s / saved)
+            paid_back = steps >= break_even
+        else:
+            paid_back = False
+    slow = max(rows, key=lambda r: r.step_ms or 0.0) if rows else None
+    present = f"{len(rows)} of {count} workers"
+    if speedup is None:
+        headline = (
+            f"The job ({present}): no no-XLA baseline on the slowest "
+            f"worker, so no speedup; compiling took up to {compile_s:.1f} s."
+        )
+    else:
+        paid = (
+            "it paid off"
+            if paid_back
+            else "it did not pay off"
+            if break_even is None
+            else f"it pays back after {break_even} steps and the job ran "
+            f"{steps}, so it did not pay off yet"
+        )
+        headline = (
+            f"The job ({present}): XLA made each of its steps "
+            f"{speedup:.2f}x faster (slowest worker: {job_base:.2f} -> "
+            f"{job_xla:.2f} ms) and compiling took up to {compile_s:.1f} s: "
+            f"{paid}."
+        )
+    return {
+        "speedup": speedup,
+        "baseline_step_ms": job_base,
+        "xla_step_ms": job_xla,
+        "compile_seconds": round(compile_s, 3),
+        "break_even_steps": break_even,
+        "paid_back": paid_back,
+        "train_steps": steps,
+        "slowest_worker": slow.index if slow else None,
+        "headline": headline,
+        "next_steps": [
+            {"code": f["code"], "worker": f["worker"], "seconds": f["seconds"]}
+            for f in found
+            if f.get("seconds")
+        ],
+    }
+
+
+def read_workers(log_dir: str) -> dict[int, XLAReport]:
+    """The reports kept under `<log_dir>/workers/<index>/` (those that
+    cannot be read are left out: their worker counts as missing)."""
+    root = os.path.join(log_dir, WORKERS_DIR)
+    found: dict[int, XLAReport] = {}
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit():
+            continue
+        path = os.path.join(root, name, REPORT_FILENAME)
+        try:
+            found[int(name)] = XLAReport.load(path)
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def gather(
+    log_dir: str,
+    count: int,
+    wait_seconds: float = GATHER_SECONDS,
+    clock=time.monotonic,
+    sleep=time.sleep,
+) -> dict[int, XLAReport]:
+    """The workers' reports under `log_dir`, waiting up to
+    `wait_seconds` for each of the `count` workers' final report."""
+    deadline = clock() + wait_seconds
+    while True:
+        reports = read_workers(log_dir)
+        done = [r for r in reports.values() if (r.worker or {}).get("finished")]
+        if len(done) >= count or clock() >= deadline:
+            return reports
+        sleep(POLL_SECONDS)
+
+
+def merge(reports: Iterable[XLAReport]) -> JobReport:
+    """The job report of workers' reports read from separate log dirs
+    (each names its worker)."""
+    by_index: dict[int, XLAReport] = {}
+    count, job = 0, None
+    for report in reports:
+        worker = report.worker or {}
+        index = worker.get("index")
+        if index is None:
+            raise ValueError(
+                "a report without its worker (a fit that was not one "
+                "worker of a job)"
+            )
+        by_index[int(index)] = report
+        count = max(count, int(worker.get("count") or 0), int(index) + 1)
+        job = job or worker.get("job")
+    return build(by_index, count, job)

@@ -1,0 +1,138 @@
+"""One worker of a two-worker job under XLATuner, in its own process.
+
+Usage:
+    python job_run.py tf LOG_DIR DUMP_DIR [uneven]   (TF_CONFIG set)
+    python job_run.py jax LOG_DIR INDEX PORT [auto]
+
+TensorFlow: `MultiWorkerMirroredStrategy` (TF_CONFIG from the caller),
+an `XLAModel`, each worker's own data (`distribute_datasets_from_function`):
+32 examples in batches of 8, or 28 on worker 1 with `uneven` (its last
+batch is short). JAX:
+`jax.distributed.initialize` on 127.0.0.1 with gloo collectives and
+`keras.distribution.DataParallel`, each process its own rows of the
+global batch. Prints the worker's counts and, on the chief, the job
+report, as JSON on its last line. Ground truth: on TensorFlow the HLO
+modules XLA dumped (`--xla_dump_to=DUMP_DIR`: TensorFlow's profiler
+aborts at its stop under this strategy, TF 2.21); on JAX its compile
+events.
+"""
+
+import json
+import os
+import sys
+import warnings
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+warnings.simplefilter("ignore")
+
+ENGINE = sys.argv[1]
+if ENGINE == "jax":
+    os.environ["KERAS_BACKEND"] = "jax"
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    import jax
+
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(
+        coordinator_address=f"127.0.0.1:{sys.argv[4]}",
+        num_processes=2,
+        process_id=int(sys.argv[3]),
+    )
+else:
+    os.environ["KERAS_BACKEND"] = "tensorflow"
+    os.environ["XLA_FLAGS"] = f"--xla_dump_to={sys.argv[3]}"
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+import keras_xla  # noqa: E402, I001  (before TensorFlow runs an op)
+
+UNEVEN = sys.argv[-1] == "uneven"
+
+
+def data(rows):
+    rng = np.random.default_rng(0)
+    x = rng.random((rows, 16, 4), dtype=np.float32)
+    return x, rng.random((rows, 1), dtype=np.float32)
+
+
+def build(cls):
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((16, 4))
+    h = keras.layers.Conv1D(8, 3, activation="relu")(inputs)
+    h = keras.layers.GlobalAveragePooling1D()(h)
+    model = cls(inputs, keras.layers.Dense(1)(h))
+    model.compile(keras.optimizers.SGD(0.05), "mse", jit_compile=True)
+    return model
+
+
+def summary(tuner, out):
+    report = tuner.report
+    out["worker"] = report.worker
+    out["compilations"] = report.total_compilations
+    out["jit"] = report.jit.enabled
+    out["decision"] = report.decision.status if report.decision else None
+    out["baseline"] = report.baseline.to_dict() if report.baseline else None
+    out["shapes"] = sorted(
+        json.dumps(c.shapes, sort_keys=True) for c in report.compile_log
+    )
+    job = os.path.join(sys.argv[2], "xla_job_report.json")
+    if report.worker and report.worker["index"] == 0:
+        with open(job, encoding="utf-8") as f:
+            out["job"] = json.load(f)
+    print(json.dumps(out))
+
+
+def tensorflow_worker():
+    import tensorflow as tf
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    with strategy.scope():
+        model = build(keras_xla.XLAModel)
+
+    def shard(context):
+        # Each worker's own rows, in batches of 8 per replica.
+        worker = context.input_pipeline_id
+        rows = 28 if UNEVEN and worker == 1 else 32
+        return tf.data.Dataset.from_tensor_slices(data(rows)).batch(8)
+
+    dataset = strategy.distribute_datasets_from_function(shard)
+    tuner = keras_xla.XLATuner(
+        log_dir=sys.argv[2], verbose=0, baseline=False, analyze_hlo=False
+    )
+    model.fit(dataset, epochs=2, verbose=0, callbacks=[tuner])
+    dumped = [
+        name
+        for name in os.listdir(sys.argv[3])
+        if name.endswith(".before_optimizations.txt")
+    ]
+    out = {"dumped": len(dumped), "dumped_names": sorted(dumped)}
+    summary(tuner, out)
+
+
+def jax_worker():
+    events = []
+
+    def compiled(event, seconds, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            events.append(kwargs.get("fun_name"))
+
+    jax.monitoring.register_event_duration_secs_listener(compiled)
+    distribution = keras.distribution.DataParallel()
+    distribution.auto_shard_dataset = False
+    keras.distribution.set_distribution(distribution)
+    model = build(keras.Model)
+    x, y = data(320)  # 20 steps an epoch: room for the baseline windows
+    auto = sys.argv[-1] == "auto"
+    tuner = keras_xla.XLATuner(
+        log_dir=sys.argv[2], verbose=0, jit_compile="auto" if auto else True
+    )
+    model.fit(
+        x, y, batch_size=16, epochs=2, shuffle=False, verbose=0,
+        callbacks=[tuner],
+    )  # fmt: skip
+    out = {"events": events.count("jit(train_step)")}
+    summary(tuner, out)
+
+
+if __name__ == "__main__":
+    tensorflow_worker() if ENGINE == "tf" else jax_worker()

@@ -1,0 +1,344 @@
+"""One job across workers: each worker's report under the job's log dir,
+the chief's job report, and what only a job shows."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from keras_xla import cli
+from keras_xla.core import job
+from keras_xla.core.report import (
+    Compilation,
+    EpochStats,
+    Recompilation,
+    XLAReport,
+)
+from keras_xla.core.sections import Verdict
+
+HERE = os.path.dirname(__file__)
+
+
+def worker_report(index, count=2, step_ms=2.0, shapes=None, finished=True):
+    """A worker's report: two epochs of 4 steps at `step_ms`, compiled
+    for batch 8, and for each of `shapes` (a partial batch) too."""
+    report = XLAReport()
+    report.worker = {
+        "index": index,
+        "count": count,
+        "host": f"host{index}",
+        "engine": "tf.distribute",
+        "job": "a,b",
+        "finished": finished,
+    }
+    full = {"x": [8, 16, 4]}
+    report.compile_log.append(Compilation("train", 0, 0, full, 1.0, True))
+    for shape in shapes or []:
+        report.compile_log.append(
+            Compilation("train", 0, 3, {"x": shape}, 0.5, False)
+        )
+        report.recompilations.append(
+            Recompilation(
+                "train", 0, 3, "x", 0, [8, 16, 4], shape,
+                "partial_batch", 0.5, "", "pad the last batch",
+            )
+        )  # fmt: skip
+    compiled = len(report.compile_log)
+    for epoch in range(2):
+        report.epochs.append(
+            EpochStats(
+                epoch, 4, compiled if epoch == 0 else 0, 1.0,
+                compiled - 1 if epoch == 0 else 0,
+                {"median": step_ms, "p90": step_ms}, 100.0,
+            )
+        )  # fmt: skip
+    report.verdict = Verdict(
+        True, 2.0, step_ms * 2, step_ms, 1.0, 100, False, "", train_steps=8
+    )
+    return report
+
+
+def test_a_worker_is_read_from_tf_config():
+    config = {
+        "cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
+        "task": {"type": "worker", "index": 1},
+    }
+    worker = job.from_tf_config(json.dumps(config), "here")
+    assert worker == job.Worker(
+        1, 2, "here", "tf.distribute", "127.0.0.1:1,127.0.0.1:2"
+    )
+    assert not worker.chief
+    with_chief = {
+        "cluster": {"chief": ["c:1"], "worker": ["w:1", "w:2"]},
+        "task": {"type": "worker", "index": 0},
+    }
+    assert job.from_tf_config(json.dumps(with_chief), "h").index == 1
+    # One worker, no cluster, a parameter server, nonsense: not a job.
+    alone = {"cluster": {"worker": ["w:1"]}, "task": config["task"]}
+    assert job.from_tf_config(json.dumps(alone), "h") is None
+    assert job.from_tf_config(None, "h") is None
+    ps = {"cluster": config["cluster"], "task": {"type": "ps", "index": 0}}
+    assert job.from_tf_config(json.dumps(ps), "h") is None
+    assert job.from_tf_config("{not json", "h") is None
+
+
+def test_the_job_names_the_worker_that_compiled_alone_and_the_wait():
+    reports = {
+        0: worker_report(0),
+        1: worker_report(1, shapes=[[4, 16, 4]]),
+    }
+    report = job.build(reports, 2, "a,b")
+    assert [w.index for w in report.workers] == [0, 1]
+    assert [w.compilations for w in report.workers] == [1, 2]
+    assert report.missing == []
+    (alone,) = report.findings
+    assert alone["code"] == "worker-compiled-alone"
+    assert alone["worker"] == 1
+    # The other worker waited for its 0.5 s compilation.
+    assert alone["seconds"] == 0.5
+    assert "input `x` dim 0: [8, 16, 4] -> [4, 16, 4]" in alone["message"]
+    assert alone["fix"] == "pad the last batch"
+    verdict = report.verdict
+    # The slowest worker sets the job's pace: 4 -> 2 ms, 2x.
+    assert verdict["speedup"] == 2.0
+    assert verdict["compile_seconds"] == 1.5
+    assert verdict["next_steps"] == [
+        {"code": "worker-compiled-alone", "worker": 1, "seconds": 0.5}
+    ]
+
+
+def test_a_straggler_and_a_missing_worker():
+    reports = {i: worker_report(i, count=4) for i in range(3)}
+    reports[2] = worker_report(2, count=4, step_ms=3.0)
+    report = job.build(reports, 4)
+    codes = {(f["code"], f["worker"]) for f in report.findings}
+    assert codes == {("straggler", 2), ("worker-missing", 3)}
+    (straggler,) = [f for f in report.findings if f["code"] == "straggler"]
+    # 1 ms slower than the others' 2 ms, for 8 steps.
+    assert straggler["seconds"] == 0.008
+    assert report.missing == [3]
+    # Its slowest worker's steps: 6 -> 3 ms.
+    assert report.verdict["xla_step_ms"] == 3.0
+    assert report.verdict["slowest_worker"] == 2
+    assert report.verdict["headline"].startswith("The job (3 of 4 workers)")
+    # Equal workers: nothing to say.
+    even = job.build({i: worker_report(i) for i in range(2)}, 2)
+    assert even.findings == []
+
+
+def test_the_chief_waits_for_the_workers_final_reports_at_most_so_long(
+    tmp_path,
+):
+    log_dir = str(tmp_path)
+    for index, finished in ((0, True), (1, False)):
+        where = job.worker_dir(log_dir, index)
+        os.makedirs(where)
+        worker_report(index, finished=finished).write(where)
+    now = [0.0]
+
+    def sleep(seconds):
+        now[0] += seconds
+
+    reports = job.gather(log_dir, 2, 5.0, clock=lambda: now[0], sleep=sleep)
+    # Worker 1 never finished: the chief gave up after 5 s and has both.
+    assert 5.0 <= now[0] < 5.0 + 2 * job.POLL_SECONDS
+    assert sorted(reports) == [0, 1]
+    now[0] = 0.0
+    worker_report(1).write(job.worker_dir(log_dir, 1))
+    job.gather(log_dir, 2, 5.0, clock=lambda: now[0], sleep=sleep)
+    assert now[0] == 0.0  # both had finished: no wait
+
+
+def test_the_cli_merges_separate_log_dirs_into_the_job(tmp_path, capsys):
+    dirs = []
+    for index in range(2):
+        where = tmp_path / f"w{index}"
+        where.mkdir()
+        shapes = [[4, 16, 4]] if index else None
+        worker_report(index, shapes=shapes).write(str(where))
+        dirs.append(str(where))
+    assert cli.main(["report", *dirs]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("The job (2 of 2 workers): XLA made each")
+    assert "[worker-compiled-alone] worker 1 (0.50 s)" in out
+    assert cli.main(["report", "--json", *dirs]) == 0
+    merged = json.loads(capsys.readouterr().out)
+    assert [w["host"] for w in merged["workers"]] == ["host0", "host1"]
+    # Three reports that are not one job's: a clear line, no traceback.
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    XLAReport().write(str(plain))
+    assert cli.main(["report", str(plain), str(plain), str(plain)]) == 2
+    assert "give one run, two to compare" in capsys.readouterr().err
+
+
+def free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def run_workers(commands, envs):
+    procs = [
+        subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for command, env in zip(commands, envs)
+    ]
+    outs = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=600)
+        assert proc.returncode == 0, stderr[-3000:]
+        outs.append(json.loads(stdout.strip().splitlines()[-1]))
+    return outs
+
+
+def tf_job(tmp_path, *extra):
+    ports = free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    commands, envs = [], []
+    for index in range(2):
+        env = dict(os.environ)
+        env["TF_CONFIG"] = json.dumps(
+            {"cluster": cluster, "task": {"type": "worker", "index": index}}
+        )
+        dump = str(tmp_path / f"dump{index}")
+        script = os.path.join(HERE, "job_run.py")
+        log_dir = str(tmp_path / "logs")
+        commands.append([sys.executable, script, "tf", log_dir, dump])
+        commands[-1] += list(extra)
+        envs.append(env)
+    return run_workers(commands, envs)
+
+
+@pytest.mark.parametrize("uneven", [False, True], ids=["even", "uneven"])
+def test_two_tensorflow_workers_make_one_job_report(tmp_path, uneven):
+    outs = tf_job(tmp_path, *(["uneven"] if uneven else []))
+    for index, out in enumerate(outs):
+        assert out["worker"]["index"] == index
+        assert out["worker"]["count"] == 2
+        assert out["worker"]["finished"] is True
+        # Each worker's count is what XLA itself compiled there.
+        assert out["compilations"] == out["dumped"]
+        where = job.worker_dir(str(tmp_path / "logs"), index)
+        assert os.path.isfile(os.path.join(where, "xla_report.json"))
+    report = outs[0]["job"]
+    assert [w["index"] for w in report["workers"]] == [0, 1]
+    assert [w["compilations"] for w in report["workers"]] == [
+        out["compilations"] for out in outs
+    ]
+    codes = [(f["code"], f["worker"]) for f in report["findings"]]
+    if not uneven:
+        assert outs[0]["shapes"] == outs[1]["shapes"]
+        assert ("worker-compiled-alone", 1) not in codes
+    else:
+        # Worker 1's short last batch compiled the step for it alone.
+        assert ("worker-compiled-alone", 1) in codes
+        (alone,) = [f for f in report["findings"] if f["worker"] == 1]
+        assert "input `x` dim 0" in alone["message"]
+        assert alone["seconds"] > 0
+    assert "worker-missing" not in [c for c, _ in codes]
+
+
+@pytest.mark.parametrize("jit", ["on", "auto"])
+def test_two_jax_processes_make_one_job_report(tmp_path, jit):
+    (port,) = free_ports(1)
+    log_dir = str(tmp_path / "logs")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("TF_XLA_FLAGS", "XLA_FLAGS", "KERAS_BACKEND")
+    }
+    env.update(KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    script = os.path.join(HERE, "job_run.py")
+    commands = [
+        [sys.executable, script, "jax", log_dir, str(index), str(port), jit]
+        for index in range(2)
+    ]
+    outs = run_workers(commands, [env, env])
+    # Every worker ends in the same configuration: XLA on. With "auto",
+    # no worker's clock decided (the trial is skipped in a job); with XLA
+    # on, the no-XLA baseline windows ran at the same steps on both.
+    assert [out["jit"] for out in outs] == [True, True]
+    if jit == "auto":
+        assert [out["decision"] for out in outs] == ["skipped"] * 2
+    else:
+        spans = [out["baseline"]["span"] for out in outs]
+        assert spans[0] == spans[1] and spans[0]
+    for index, out in enumerate(outs):
+        assert out["worker"]["index"] == index
+        assert out["worker"]["engine"] == "jax.distributed"
+        # JAX's own compile events of the train step, on each process.
+        assert out["compilations"] == out["events"] >= 1
+    report = outs[0]["job"]
+    assert [w["index"] for w in report["workers"]] == [0, 1]
+    assert report["missing"] == []
+    # One SPMD program: both processes compiled the same shapes.
+    assert outs[0]["shapes"] == outs[1]["shapes"]
+    assert "worker-compiled-alone" not in [
+        f["code"] for f in report["findings"]
+    ]
+
+
+HOLDER = """
+import sys, time
+from keras_xla.core import files
+from keras_xla.core.report import XLAReport
+fd = files.hold(sys.argv[1] + "/xla_report.json")
+XLAReport(environment={"run": "the other"}).write(sys.argv[1])
+print("held" if fd is not None else "not held", flush=True)
+sys.stdin.read()  # until the test is done
+"""
+
+
+def test_two_fits_sharing_a_log_dir_keep_each_others_report(tmp_path):
+    import keras
+    import numpy as np
+
+    from keras_xla import XLATuner
+
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir()
+    # Another process's fit holds the log dir, with its report there.
+    other = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(log_dir)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert other.stdout.readline().strip() == "held"
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        model.compile("sgd", "mse", jit_compile=True)
+        x = np.random.rand(32, 4).astype("float32")
+        y = np.random.rand(32, 1).astype("float32")
+        tuner = XLATuner(log_dir=str(log_dir), verbose=0, baseline=False)
+        model.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[tuner])
+    finally:
+        other.stdin.close()
+        other.wait(timeout=60)
+    # The other fit's report is where it was, not archived.
+    names = sorted(os.listdir(log_dir))
+    assert "xla_report.1.json" not in names
+    kept = XLAReport.load(str(log_dir / "xla_report.json"))
+    assert kept.environment == {"run": "the other"}
+    # This fit's went beside it, and says so.
+    mine = log_dir / f"{socket.gethostname()}-{os.getpid()}"
+    assert XLAReport.load(str(mine)).total_compilations == 1
+    assert "log-dir-shared" in tuner.report.finding_codes()
+    # Alone in the log dir, the next fit writes there, as always.
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[tuner])
+    assert XLAReport.load(str(log_dir)).epochs[0].steps == 4
+    assert os.path.isfile(log_dir / "xla_report.1.json")  # the other's
