@@ -85,10 +85,15 @@ class XLATuner(keras.callbacks.Callback):
     `compile-cache-corrupt`, `compile-cache-read-only`,
     `compile-cache-untrusted`, `compile-cache-not-saved`,
     `compile-ledger-off`; on JAX `indivisible-batch` and
-    `backend-unsupported`.
+    `backend-unsupported`; the log dir `log-dir-shared`; a job's report
+    `worker-missing`, `worker-compiled-alone`, `straggler`.
 
     The report (`tuner.report`) is also written to
-    `<log_dir>/xla_report.json` at every epoch end and at train end.
+    `<log_dir>/xla_report.json` at every epoch end and at train end. One
+    worker of a job across workers (`MultiWorkerMirroredStrategy`, JAX's
+    multi-process runtime) writes under `<log_dir>/workers/<index>/`, and
+    the chief adds the job's report, `<log_dir>/xla_job_report.json`
+    (`keras_xla.core.job`).
 
     Args:
         log_dir: TensorBoard log directory; give the same one as

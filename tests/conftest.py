@@ -6,6 +6,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import contextlib  # noqa: E402
+import socket  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -213,3 +214,15 @@ def ner_like(batches=(7, 9, 12, 7, 9, 12), batch=4, last=3, vocab=50):
         sentences, output_signature=(spec, spec)
     ).padded_batch(batch)
     return model, data
+
+
+def free_ports(n):
+    """`n` ports on 127.0.0.1 that were free a moment ago (the workers of
+    a multi-process test bind them)."""
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports

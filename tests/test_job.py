@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import free_ports
 
 from keras_xla import cli
 from keras_xla.core import job
@@ -173,16 +174,6 @@ def test_the_cli_merges_separate_log_dirs_into_the_job(tmp_path, capsys):
     XLAReport().write(str(plain))
     assert cli.main(["report", str(plain), str(plain), str(plain)]) == 2
     assert "give one run, two to compare" in capsys.readouterr().err
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def run_workers(commands, envs):

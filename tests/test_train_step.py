@@ -2,7 +2,6 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -10,7 +9,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import regression_data
+from conftest import free_ports, regression_data
 
 from keras_xla import XLAModel, XLATuner
 
@@ -205,16 +204,6 @@ def test_mirrored_strategy_two_logical_cpus(tmp_path):
             "MirroredStrategy; XLAModel's workaround is optional"
         )
     assert "InvalidArgumentError" in out["plain_keras"]
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def test_multi_worker_mirrored_two_processes():

@@ -8,8 +8,8 @@ the call returns when both are done. `InputStamps` adds two
 one with no inputs, which runs as the function starts, beside the
 get-next, and one that waits for the batch. Their difference, in
 microseconds, goes into one small variable; the shape
-probe reads it inside the step that takes the batch, writes it into that
-step's row of its ring buffer and clears it. So the wait reaches the host
+probe reads it inside the step that takes the batch and writes it into
+that step's row of its ring buffer. So the wait reaches the host
 with the step's signature, in the one read per run, and belongs to its
 step exactly: a few ops and one variable a call (BENCHMARKS.md, "The
 input-wait stamps on TensorFlow", measures what they cost a fast step).
@@ -97,12 +97,12 @@ class InputStamps:
 
     def take(self) -> tf.Tensor:
         """In the step being traced: the wait of the call that fetched its
-        batch (microseconds; `UNSEEN` where none was stamped), cleared so
-        that a step with no stamped fetch reads `UNSEEN`."""
-        wait = self._wait_us.read_value()
-        with tf.control_dependencies([wait]):
-            self._wait_us.assign(tf.constant(UNSEEN, tf.int64))
-        return wait
+        batch (microseconds; `UNSEEN` before any stamped call). Every
+        stamped call writes it before its step; a step called another way
+        (`train_on_batch`, eagerly) reads the last call's, and is none of
+        the fit's calls. Only read: a write inside the compiled step
+        would cost it one more variable to update."""
+        return self._wait_us.read_value()
 
 
 def _fetched(tensors: list) -> bool:
