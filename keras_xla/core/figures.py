@@ -202,6 +202,7 @@ FIGURES: tuple[Figure, ...] = (
         "xla/input_ms_median",
         "the time a step waits for its batch",
         unit="ms",
+        column="wait ms",
         when=WAIT_SEEN,
     ),
     Figure(
@@ -270,6 +271,19 @@ BY_KEY = {f.key: f for f in FIGURES}
 # The figures of the epoch tables (the summary, `keras-xla report`, the
 # XLA tab), in their order.
 COLUMNS = tuple(f for f in FIGURES if f.column is not None)
+
+
+def columns(epochs: list) -> tuple[Figure, ...]:
+    """The epoch tables' figures for `epochs`: every epoch's, and those
+    measured only where they can be (the wait for the batch) where some
+    epoch has them."""
+    return tuple(
+        f
+        for f in COLUMNS
+        if f.when == EVERY_EPOCH or any(f.value(e) is not None for e in epochs)
+    )
+
+
 # The figures two runs are compared on.
 COMPARED = tuple(f for f in FIGURES if f.better is not None)
 # Throughput, steady and including compile time: the comparison's

@@ -34,8 +34,8 @@ if TYPE_CHECKING:  # render reads a report; it never builds one
         XLAReport,
     )
 
-# The epoch table: each epoch's figures (`core.figures.COLUMNS`).
-EPOCH_HEADER = ("epoch", "steps", *(f.column for f in figures.COLUMNS))
+# The epoch table: each epoch's figures (`core.figures.columns`).
+EPOCH_HEADER = ("epoch", "steps")
 RECOMPILATION_HEADER = tuple(
     "function|epoch|step|input|dim|before -> after|cause|seconds".split("|")
 )
@@ -121,22 +121,24 @@ def format_table(rows: list[tuple[str, ...]]) -> list[str]:
     return lines
 
 
-def epoch_row(e: EpochStats) -> tuple[str, ...]:
-    cells = (figures.cell(f, f.value(e)) for f in figures.COLUMNS)
+def epoch_row(e: EpochStats, shown: Sequence) -> tuple[str, ...]:
+    cells = (figures.cell(f, f.value(e)) for f in shown)
     return (str(e.epoch), str(e.steps), *cells)
 
 
 def epoch_table(report: XLAReport, totals: bool = False) -> list[str]:
     """One row per epoch; with `totals`, a last row of run totals (the
     figures that add up over epochs)."""
-    rows = [EPOCH_HEADER, *map(epoch_row, report.epochs)]
+    shown = figures.columns(report.epochs)
+    header = (*EPOCH_HEADER, *(f.column for f in shown))
+    rows = [header, *(epoch_row(e, shown) for e in report.epochs)]
     if totals:
         epochs = report.epochs
         sums = (
             figures.cell(f, sum(f.value(e) or 0 for e in epochs))
             if f.across == "sum"
             else ""
-            for f in figures.COLUMNS
+            for f in shown
         )
         rows.append(("total", str(sum(e.steps for e in epochs)), *sums))
     return format_table(rows)

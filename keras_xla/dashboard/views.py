@@ -239,14 +239,14 @@ def xla_figures(report: XLAReport) -> dict:
 
 
 def epoch_table(report: XLAReport) -> dict:
-    """The epoch table, as the summary's (`core.figures.COLUMNS`):
+    """The epoch table, as the summary's (`core.figures.columns`):
     columns as `[header, digits]` (None: an integer) and one row of
     values per epoch."""
+    shown = figures.columns(report.epochs)
     columns = [["epoch", None], ["steps", None]]
-    columns += [[f.column, f.digits] for f in figures.COLUMNS]
+    columns += [[f.column, f.digits] for f in shown]
     rows = [
-        [e.epoch, e.steps, *(f.value(e) for f in figures.COLUMNS)]
-        for e in report.epochs
+        [e.epoch, e.steps, *(f.value(e) for f in shown)] for e in report.epochs
     ]
     return {"columns": columns, "rows": rows}
 
