@@ -139,6 +139,7 @@ class Trial:
             if steps:
                 per_step = sum(r.seconds for r in steady) / steps
                 timed = [per_step] * len(timed)
+        self._seconds[candidate].extend(timed)
         self.windows.append((candidate, timed))
         last = fresh[-1].first_step + fresh[-1].steps - 1
         self.span[1:] = [(self.epoch, last)]
