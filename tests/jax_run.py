@@ -3,10 +3,13 @@
 The main test process runs Keras on TensorFlow, so the JAX tests run this
 script with `KERAS_BACKEND=jax` and read the JSON it prints on its last
 line. TensorFlow is made unimportable first: nothing on the JAX path may
-import it. JAX's own compile events, counted here independently of the
-tuner, are the ground truth the tests compare the report with.
+import it (`--with-tensorflow`: a scenario that feeds Keras on JAX from
+tf.data, as users do). JAX's own compile events, counted here
+independently of the tuner, are the ground truth the tests compare the
+report with.
 
 Usage: python jax_run.py LOG_DIR SCENARIO [SCENARIO ...] [--cache DIR]
+    [--with-tensorflow]
 """
 
 import json
@@ -16,7 +19,8 @@ import sys
 import time
 import warnings
 
-sys.modules["tensorflow"] = None  # the JAX path must not import it
+if "--with-tensorflow" not in sys.argv:
+    sys.modules["tensorflow"] = None  # the JAX path must not import it
 os.environ["KERAS_BACKEND"] = "jax"
 warnings.simplefilter("ignore")
 
@@ -403,6 +407,33 @@ def slow_input(log_dir):
     model.fit(
         batches(), steps_per_epoch=40, epochs=2, verbose=0, callbacks=[tuner]
     )
+    return summary(tuner, start)
+
+
+def slow_tfdata(log_dir):
+    """A tf.data pipeline whose map sleeps 20 ms a batch (no prefetch of
+    its own), on the 20 ms planted step: half of each XLA step waits."""
+    import tensorflow as tf
+
+    def make(x):
+        time.sleep(0.02)
+        return x
+
+    def sleepy(x, y):
+        x = tf.numpy_function(make, [x], tf.float32)
+        return tf.ensure_shape(x, [None, 4]), y
+
+    rng = np.random.default_rng(0)
+    x = rng.random((8 * 40, 4), dtype=np.float32)
+    y = rng.random((8 * 40, 1), dtype=np.float32)
+    options = tf.data.Options()
+    options.experimental_optimization.inject_prefetch = False
+    batches = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+    data = batches.map(sleepy).with_options(options)
+    model = planted_model()
+    tuner = keras_xla.XLATuner(log_dir=log_dir, verbose=0, baseline=False)
+    start = len(EVENTS)
+    model.fit(data, epochs=1, verbose=0, callbacks=[tuner])
     return summary(tuner, start)
 
 
@@ -797,6 +828,8 @@ def main():
         i = args.index("--cache")
         cache_dir = args[i + 1]
         del args[i : i + 2]
+    if "--with-tensorflow" in args:
+        args.remove("--with-tensorflow")
     log_dir, scenarios = args[0], args[1:]
     results = {
         "tensorflow_imported": False,

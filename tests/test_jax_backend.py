@@ -18,9 +18,9 @@ pytest.importorskip("jax")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run(log_dir, *scenarios, cache=None, devices=None, home=None):
+def run(log_dir, *scenarios, cache=None, devices=None, home=None, tf=False):
     cmd = [sys.executable, os.path.join(HERE, "jax_run.py"), str(log_dir)]
-    cmd += list(scenarios)
+    cmd += list(scenarios) + (["--with-tensorflow"] if tf else [])
     if cache is not None:
         cmd += ["--cache", str(cache)]
     env = {
@@ -595,7 +595,11 @@ def timed(tmp_path_factory):
     """A step of known length (20 ms with XLA, 40 ms without), and a
     convnet's step that JAX returns from before its work is done."""
     scenarios = ("planted_time", "async_time", "slow_input", "other_compile")
-    return run(tmp_path_factory.mktemp("timed"), *scenarios)
+    out = run(tmp_path_factory.mktemp("timed"), *scenarios)
+    # tf.data feeding Keras on JAX, in a process of its own.
+    tfdata = run(tmp_path_factory.mktemp("tfdata"), "slow_tfdata", tf=True)
+    out["slow_tfdata"] = tfdata["slow_tfdata"]
+    return out
 
 
 def test_step_times_end_when_the_results_exist(timed):
@@ -658,6 +662,13 @@ def test_an_input_bound_step_is_named_and_the_verdict_puts_it_first(timed):
     assert verdict["headline"].startswith("The input comes first: ")
     codes = [s["code"] for s in verdict["next_steps"]]
     assert "input-bound" in codes
+    # A tf.data map that sleeps 20 ms a batch: the same wait, and the
+    # same finding.
+    tfdata = timed["slow_tfdata"]
+    (epoch,) = tfdata["epochs"]
+    assert 19.0 <= epoch["input"] <= 40.0
+    assert 0.4 <= epoch["input_share"] <= 0.7
+    assert "input-bound" in tfdata["codes"]
     # A fast in-memory pipeline is not input-bound.
     assert "input-bound" not in timed["planted_time"]["codes"]
     assert "input-bound" not in timed["async_time"]["codes"]
