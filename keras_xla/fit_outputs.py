@@ -13,7 +13,7 @@ from typing import Any
 
 from keras_xla.core import files
 from keras_xla.core import findings as codes
-from keras_xla.core.summaries import EventWriter, write_epoch
+from keras_xla.core.summaries import JOB_TAG, EventWriter, write_epoch
 
 
 class FitOutputs:
@@ -81,6 +81,18 @@ class FitOutputs:
             self.decided = False
             self.steps_done += stats.steps
         self._write_pending()
+
+    def write_job(self, step: int, job_json: str) -> None:
+        """The job's report (the chief's), into this run's TensorBoard
+        events for the XLA tab; before `write()` closes the writer."""
+        if self.writer is not None:
+            self.safely(
+                "the job report's TensorBoard tensor",
+                self.writer.write_report,
+                step,
+                job_json,
+                JOB_TAG,
+            )
 
     def _write_pending(self) -> None:
         """The files held back, after the JSON; one that fails is named

@@ -180,9 +180,12 @@ class FitOwner:
         self.report.verdict = verdict_lib.build(self.report)
         if self.report.worker is not None:
             self.report.worker["finished"] = True
+        job = self._job_report()
+        if job is not None:
+            step = max((e.epoch for e in self.report.epochs), default=0)
+            self.outputs.write_job(step, job.to_json())
         self.outputs.write()
         text = render.summary(self.report)
-        job = self._job_report()
         if job is not None:
             text += "\n\n" + "\n".join(render.job_summary(job))
         return text
@@ -194,8 +197,9 @@ class FitOwner:
         if self.worker is None or not self.worker.chief or not self.job_dir:
             return None
         try:
-            reports = job_lib.gather(self.job_dir, self.worker.count)
-            reports[self.worker.index] = self.report
+            reports = job_lib.gather(
+                self.job_dir, self.worker.count, own=self.report
+            )
             job = job_lib.build(reports, self.worker.count, self.worker.job)
             job.write(self.job_dir)
             return job

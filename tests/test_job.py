@@ -240,6 +240,20 @@ def test_two_tensorflow_workers_make_one_job_report(tmp_path, uneven):
         assert "input `x` dim 0" in alone["message"]
         assert alone["seconds"] > 0
     assert "worker-missing" not in [c for c, _ in codes]
+    # The chief's run carries the job report for the XLA tab.
+    from tensorboard.backend.event_processing import event_accumulator
+
+    chief = job.worker_dir(str(tmp_path / "logs"), 0)
+    events = event_accumulator.EventAccumulator(
+        os.path.join(chief, "train"),
+        size_guidance={event_accumulator.TENSORS: 0},
+    )
+    events.Reload()
+    (tensor,) = events.Tensors("xla/job")
+    from tensorboard.util import tensor_util
+
+    text = tensor_util.make_ndarray(tensor.tensor_proto).item().decode()
+    assert json.loads(text)["workers"] == report["workers"]
 
 
 @pytest.mark.parametrize("jit", ["on", "auto"])
@@ -333,3 +347,27 @@ def test_two_fits_sharing_a_log_dir_keep_each_others_report(tmp_path):
     model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[tuner])
     assert XLAReport.load(str(log_dir)).epochs[0].steps == 4
     assert os.path.isfile(log_dir / "xla_report.1.json")  # the other's
+
+
+def test_the_tab_shows_the_job_on_each_workers_run():
+    from keras_xla.dashboard import views
+
+    assert views.chief_run("workers/1/train") == "workers/0/train"
+    assert views.chief_run("sweep/a/workers/3/train") == (
+        "sweep/a/workers/0/train"
+    )
+    assert views.chief_run("train") is None
+    assert views.chief_run("workers/x/train") is None
+    reports = {0: worker_report(0), 1: worker_report(1, shapes=[[4, 16, 4]])}
+    report = job.build(reports, 3)
+    view = views.job_view(json.loads(report.to_json()), "workers/1/train")
+    assert [
+        (w["worker"], w["this"], w["made_wait"]) for w in view["workers"]
+    ] == [
+        (0, False, False),
+        (1, True, True),  # its partial batch made the other wait
+    ]
+    assert view["missing"] == [2]
+    assert view["headline"].startswith("The job (2 of 3 workers)")
+    codes = [f["code"] for f in view["findings"]]
+    assert codes == ["worker-compiled-alone", "worker-missing"]

@@ -141,10 +141,12 @@ class JobReport:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
     def write(self, log_dir: str) -> str:
         path = os.path.join(log_dir, JOB_FILENAME)
-        text = json.dumps(self.to_dict(), indent=2)
-        return files.write_into_own_directory(path, text)
+        return files.write_into_own_directory(path, self.to_json())
 
     @classmethod
     def load(cls, path: str) -> JobReport:
@@ -418,12 +420,17 @@ def gather(
     wait_seconds: float = GATHER_SECONDS,
     clock=time.monotonic,
     sleep=time.sleep,
+    own: XLAReport | None = None,
 ) -> dict[int, XLAReport]:
     """The workers' reports under `log_dir`, waiting up to
-    `wait_seconds` for each of the `count` workers' final report."""
+    `wait_seconds` for each of the `count` workers' final report; `own`,
+    the gathering worker's report, is taken as it is."""
     deadline = clock() + wait_seconds
+    mine = None if own is None else (own.worker or {}).get("index")
     while True:
         reports = read_workers(log_dir)
+        if mine is not None:
+            reports[int(mine)] = own
         done = [r for r in reports.values() if (r.worker or {}).get("finished")]
         if len(done) >= count or clock() >= deadline:
             return reports

@@ -36,6 +36,8 @@ STEP_TIME_TAG = "xla/step_time_ms"
 # The report's JSON, one string tensor per epoch, for the "XLA" tab: its
 # summary metadata names the tab's plugin and what the tensor holds.
 REPORT_TAG = "xla/report"
+# The job's report (`core.job`), in the chief's run, at its last epoch.
+JOB_TAG = "xla/job"
 PLUGIN_NAME = "xla"
 REPORT_CONTENT = b"keras_xla.report/1"
 TRAIN_RUN = "train"
@@ -83,9 +85,12 @@ class EventWriter:
         """`STEP_TIME_TAG` at each `(global step, ms)`, in one go."""
         raise NotImplementedError
 
-    def write_report(self, step: int, report_json: str) -> None:
-        """The report's JSON at `step` (the epoch), under `REPORT_TAG`
-        with the dashboard plugin's name, so the "XLA" tab reads it."""
+    def write_report(
+        self, step: int, report_json: str, tag: str = REPORT_TAG
+    ) -> None:
+        """The report's JSON at `step` (the epoch), under `tag`
+        (`REPORT_TAG`; the chief's job report: `JOB_TAG`) with the
+        dashboard plugin's name, so the "XLA" tab reads it."""
         raise NotImplementedError
 
     def write_text(self, step: int, tag: str, text: str) -> None:

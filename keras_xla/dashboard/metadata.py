@@ -9,11 +9,23 @@ provider then lists it under this plugin, wherever it reads the log dir.
 from __future__ import annotations
 
 # The names are the writer's (`core.summaries`); the tab reads them.
-from keras_xla.core.summaries import PLUGIN_NAME, REPORT_TAG, STEP_TIME_TAG
+from keras_xla.core.summaries import (
+    JOB_TAG,
+    PLUGIN_NAME,
+    REPORT_TAG,
+    STEP_TIME_TAG,
+)
 from keras_xla.core.summaries import REPORT_CONTENT as CONTENT
 
 TAB_NAME = "XLA"
-__all__ = ["PLUGIN_NAME", "REPORT_TAG", "STEP_TIME_TAG", "CONTENT", "TAB_NAME"]
+__all__ = [
+    "PLUGIN_NAME",
+    "REPORT_TAG",
+    "JOB_TAG",
+    "STEP_TIME_TAG",
+    "CONTENT",
+    "TAB_NAME",
+]
 
 
 def summary_metadata() -> bytes:

@@ -149,7 +149,37 @@ class XLAPlugin(base_plugin.TBPlugin):
         if report is None:
             raise errors.NotFoundError(f"No XLATuner report in run {run!r}.")
         view = views.run_view(run, report, self._step_times(request, run))
+        job = self._job(request, run)
+        if job is not None:
+            view["job"] = views.job_view(job, run)
         return _json(request, view)
+
+    def _job(self, request, run: str) -> dict | None:
+        """The job report (the chief's `JOB_TAG`) of the job whose worker
+        ran `run`, or None (not a worker's run, or no job report yet)."""
+        chief = views.chief_run(run)
+        if chief is None:
+            return None
+        ctx = plugin_util.context(request.environ)
+        eid = plugin_util.experiment_id(request.environ)
+        found = self._data_provider.read_tensors(
+            ctx,
+            experiment_id=eid,
+            plugin_name=metadata.PLUGIN_NAME,
+            downsample=MAX_REPORTS,
+            run_tag_filter=provider.RunTagFilter(
+                runs=[chief], tags=[metadata.JOB_TAG]
+            ),
+        )
+        data = found.get(chief, {}).get(metadata.JOB_TAG) or []
+        if not data:
+            return None
+        latest = max(data, key=lambda d: (d.wall_time, d.step))
+        try:
+            job = json.loads(_text(latest.numpy))
+        except ValueError:
+            return None
+        return job if isinstance(job, dict) else None
 
     @wrappers.Request.application
     def _serve_compare(self, request):

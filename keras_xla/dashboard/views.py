@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from keras_xla.core import compare, figures, reading, spikes
+from keras_xla.core import findings as codes
 from keras_xla.core.report import XLAReport
 from keras_xla.core.signatures import FINDING_CODES
 
@@ -238,6 +239,10 @@ def xla_figures(report: XLAReport) -> dict:
     }
 
 
+# Where a worker of a job keeps its run (`core.job.worker_dir`).
+WORKERS_MARKER = "workers/"
+
+
 def epoch_table(report: XLAReport) -> dict:
     """The epoch table, as the summary's (`core.figures.columns`):
     columns as `[header, digits]` (None: an integer) and one row of
@@ -298,3 +303,49 @@ def comparison_view(runs: list[tuple[str, XLAReport]]) -> dict:
         r.verdict.headline if r.verdict else "" for r in reports
     ]
     return json_safe(result)
+
+
+def chief_run(run: str) -> str | None:
+    """The run of the chief of the job `run` is a worker's run of
+    (`.../workers/<index>/train` -> `.../workers/0/train`), or None."""
+    head, marker, tail = run.rpartition(WORKERS_MARKER)
+    index, _, rest = tail.partition("/")
+    if not marker or not index.isdigit() or not rest:
+        return None
+    return f"{head}{WORKERS_MARKER}0/{rest}"
+
+
+def job_view(job: dict, run: str) -> dict:
+    """A job's table for the tab (`core.job`'s report): its verdict, a
+    row per worker (the one `run` shows, and those that made the others
+    wait: a compilation of their own, a slower step), missing workers
+    named, and its findings, worst first."""
+    head, _, tail = run.rpartition(WORKERS_MARKER)
+    this = int(tail.split("/", 1)[0])
+    verdict = job.get("verdict") or {}
+    waiting = (codes.WORKER_COMPILED_ALONE, codes.STRAGGLER)
+    made_wait = {
+        f.get("worker")
+        for f in job.get("findings") or []
+        if f.get("code") in waiting
+    }
+    rows = [
+        {
+            "worker": w["index"],
+            "host": w.get("host"),
+            "compilations": w.get("compilations"),
+            "recompilations": len(w.get("recompilations") or []),
+            "compile_seconds": w.get("compile_seconds"),
+            "step_ms": w.get("step_ms"),
+            "steps": w.get("train_steps"),
+            "this": w["index"] == this,
+            "made_wait": w["index"] in made_wait,
+        }
+        for w in job.get("workers") or []
+    ]
+    return {
+        "headline": verdict.get("headline", ""),
+        "workers": rows,
+        "missing": list(job.get("missing") or []),
+        "findings": list(job.get("findings") or []),
+    }

@@ -80,16 +80,18 @@ class JaxSummaryWriter(EventWriter):
             array = np.array(float(value), np.float32)
             self._write(step, [self._value(STEP_TIME_TAG, array, meta)])
 
-    def write_report(self, step: int, report_json: str) -> None:
-        """The report's JSON at `step` (the epoch), under `REPORT_TAG`
-        with the dashboard plugin's name, so the "XLA" tab reads it."""
+    def write_report(
+        self, step: int, report_json: str, tag: str = metadata.REPORT_TAG
+    ) -> None:
+        """The report's JSON at `step` (the epoch), under `tag`, with
+        the dashboard plugin's name, so the "XLA" tab reads it."""
         from tensorboard.compat.proto import summary_pb2
 
         meta = summary_pb2.SummaryMetadata.FromString(
             metadata.summary_metadata()
         )
         array = np.array(report_json.encode("utf-8"), dtype=object)
-        self._write(step, [self._value(metadata.REPORT_TAG, array, meta)])
+        self._write(step, [self._value(tag, array, meta)])
 
     def write_text(self, step: int, tag: str, text: str) -> None:
         from tensorboard.plugins.text import metadata as text_metadata

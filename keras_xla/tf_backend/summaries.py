@@ -47,14 +47,16 @@ class SummaryWriter(EventWriter):
             for step, value in points:
                 tf.summary.scalar(STEP_TIME_TAG, value, step=step)
 
-    def write_report(self, step: int, report_json: str) -> None:
-        """The report's JSON at `step` (the epoch), under `REPORT_TAG`
-        with the dashboard plugin's name, so the "XLA" tab reads it."""
+    def write_report(
+        self, step: int, report_json: str, tag: str = REPORT_TAG
+    ) -> None:
+        """The report's JSON at `step` (the epoch), under `tag`, with
+        the dashboard plugin's name, so the "XLA" tab reads it."""
         import tensorflow as tf
 
         with tf.init_scope(), self._get().as_default():
             tf.summary.write(
-                REPORT_TAG,
+                tag,
                 tf.constant(report_json),
                 step=step,
                 metadata=metadata.summary_metadata(),

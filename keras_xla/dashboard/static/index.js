@@ -459,6 +459,44 @@ function findingsCard(view) {
   return card;
 }
 
+function jobCard(job) {
+  // A job across workers (keras_xla.core.job): the chief's report, shown
+  // on every worker's run; this run's worker and the slowest marked.
+  const card = el("section", { class: "card", id: "job" });
+  card.append(el("h2", { text: "The job" }));
+  card.append(el("p", { class: "prose", text: job.headline }));
+  const rows = job.workers.map((w) =>
+    el("tr", { class: w.this ? "this-worker" : null },
+      el("td", { class: "nowrap", text: String(w.worker) +
+        (w.this ? " (this run)" : "") +
+        (w.made_wait ? " - the others waited for it" : "") }),
+      el("td", { class: "nowrap", text: w.host ?? "-" }),
+      el("td", { class: "num", text: String(w.compilations) }),
+      el("td", { class: "num", text: String(w.recompilations) }),
+      el("td", { class: "num", text: num(w.compile_seconds) }),
+      el("td", { class: "num", text: num(w.step_ms) }),
+      el("td", { class: "num", text: String(w.steps) }),
+    ));
+  for (const index of job.missing) {
+    rows.push(el("tr", { class: "finding warning" },
+      el("td", { class: "nowrap", text: String(index) }),
+      el("td", { class: "nowrap", text: "(no report)" }),
+      ...[0, 1, 2, 3, 4].map(() => el("td", { class: "num", text: "-" }))));
+  }
+  card.append(table(
+    [["worker", "nowrap"], ["host", "nowrap"], ["compiles", "num"],
+      ["recompiles", "num"], ["compile s", "num"], ["median ms", "num"],
+      ["steps", "num"]],
+    rows));
+  for (const f of job.findings) {
+    card.append(el("p", { class: "prose finding warning" },
+      el("code", { class: "code", text: f.code }),
+      ` worker ${f.worker}` + (f.seconds ? ` (${num(f.seconds)} s)` : "") +
+        ": ", prose(f.message), " Fix: ", prose(f.fix)));
+  }
+  return card;
+}
+
 function xlaCard(view) {
   const x = view.xla;
   const card = el("section", { class: "card", id: "xla" });
@@ -647,6 +685,7 @@ export async function render() {
         state.run = run; refresh();
       }) : null,
       el("h2", { class: "run-title", text: `Run ${view.run}` }),
+      view.job ? jobCard(view.job) : null,
       verdictCard(view),
       chartCard(view),
       recompilationCard(view),
