@@ -106,6 +106,7 @@ def tensorflow_worker():
         if name.endswith(".before_optimizations.txt")
     ]
     out = {"dumped": len(dumped), "dumped_names": sorted(dumped)}
+    out["weights"] = [w.tolist() for w in model.get_weights()]
     summary(tuner, out)
 
 
@@ -127,7 +128,7 @@ def jax_worker():
         log_dir=sys.argv[2], verbose=0, jit_compile="auto" if auto else True
     )
     model.fit(
-        x, y, batch_size=16, epochs=2, shuffle=False, verbose=0,
+        x, y, batch_size=16, epochs=1, shuffle=False, verbose=0,
         callbacks=[tuner],
     )  # fmt: skip
     out = {"events": events.count("jit(train_step)")}

@@ -230,6 +230,9 @@ def test_two_tensorflow_workers_make_one_job_report(tmp_path, uneven):
         out["compilations"] for out in outs
     ]
     codes = [(f["code"], f["worker"]) for f in report["findings"]]
+    # The gradients were all-reduced: the workers' weights are equal.
+    for a, b in zip(outs[0]["weights"], outs[1]["weights"]):
+        assert a == b
     if not uneven:
         assert outs[0]["shapes"] == outs[1]["shapes"]
         assert ("worker-compiled-alone", 1) not in codes

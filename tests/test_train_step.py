@@ -206,6 +206,7 @@ def test_mirrored_strategy_two_logical_cpus(tmp_path):
     assert "InvalidArgumentError" in out["plain_keras"]
 
 
+@pytest.mark.slow  # tests/test_job.py trains XLAModel on two workers too
 def test_multi_worker_mirrored_two_processes():
     ports = free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}

@@ -89,9 +89,9 @@ class XLAPlugin(base_plugin.TBPlugin):
 
     # Data.
 
-    def _reports(self, request, runs=None) -> dict:
-        """`{run: XLAReport}`: the latest report (by wall time) of each
-        run, or of `runs`."""
+    def _latest(self, request, tag: str, runs=None) -> dict[str, str]:
+        """`{run: text}`: the latest (by wall time) string tensor `tag`
+        of each run, or of `runs`."""
         ctx = plugin_util.context(request.environ)
         eid = plugin_util.experiment_id(request.environ)
         found = self._data_provider.read_tensors(
@@ -99,17 +99,24 @@ class XLAPlugin(base_plugin.TBPlugin):
             experiment_id=eid,
             plugin_name=metadata.PLUGIN_NAME,
             downsample=MAX_REPORTS,
-            run_tag_filter=provider.RunTagFilter(
-                runs=runs, tags=[metadata.REPORT_TAG]
-            ),
+            run_tag_filter=provider.RunTagFilter(runs=runs, tags=[tag]),
         )
-        reports = {}
+        latest = {}
         for run, tags in found.items():
-            data = tags.get(metadata.REPORT_TAG) or []
-            if not data:
-                continue
-            latest = max(data, key=lambda d: (d.wall_time, d.step))
-            report = views.parse_report(_text(latest.numpy))
+            data = tags.get(tag) or []
+            if data:
+                last = max(data, key=lambda d: (d.wall_time, d.step))
+                latest[run] = _text(last.numpy)
+        return latest
+
+    def _reports(self, request, runs=None) -> dict:
+        """`{run: XLAReport}`: the latest report of each run, or of
+        `runs`."""
+        reports = {}
+        for run, text in self._latest(
+            request, metadata.REPORT_TAG, runs
+        ).items():
+            report = views.parse_report(text)
             if report is not None:
                 reports[run] = report
         return reports
@@ -160,23 +167,9 @@ class XLAPlugin(base_plugin.TBPlugin):
         chief = views.chief_run(run)
         if chief is None:
             return None
-        ctx = plugin_util.context(request.environ)
-        eid = plugin_util.experiment_id(request.environ)
-        found = self._data_provider.read_tensors(
-            ctx,
-            experiment_id=eid,
-            plugin_name=metadata.PLUGIN_NAME,
-            downsample=MAX_REPORTS,
-            run_tag_filter=provider.RunTagFilter(
-                runs=[chief], tags=[metadata.JOB_TAG]
-            ),
-        )
-        data = found.get(chief, {}).get(metadata.JOB_TAG) or []
-        if not data:
-            return None
-        latest = max(data, key=lambda d: (d.wall_time, d.step))
+        text = self._latest(request, metadata.JOB_TAG, [chief]).get(chief)
         try:
-            job = json.loads(_text(latest.numpy))
+            job = json.loads(text) if text is not None else None
         except ValueError:
             return None
         return job if isinstance(job, dict) else None
