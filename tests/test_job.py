@@ -374,3 +374,39 @@ def test_the_tab_shows_the_job_on_each_workers_run():
     assert view["headline"].startswith("The job (2 of 3 workers)")
     codes = [f["code"] for f in view["findings"]]
     assert codes == ["worker-compiled-alone", "worker-missing"]
+
+
+def test_a_worker_that_cannot_write_trains_and_the_chief_names_it(
+    tmp_path, monkeypatch
+):
+    import keras
+    import numpy as np
+
+    from keras_xla import XLATuner, backends
+
+    log_dir = tmp_path / "logs"
+    (log_dir / "workers").mkdir(parents=True)
+    (log_dir / "workers" / "1").write_text("not a folder")
+    monkeypatch.setattr(job, "GATHER_SECONDS", 0.5)
+
+    def fit_as(index):
+        worker = job.Worker(index, 2, "here", "tf.distribute", "j")
+        monkeypatch.setattr(backends, "worker", lambda model: worker)
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        model.compile("sgd", "mse", jit_compile=True)
+        x = np.random.rand(32, 4).astype("float32")
+        y = np.random.rand(32, 1).astype("float32")
+        tuner = XLATuner(log_dir=str(log_dir), verbose=0, baseline=False)
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[tuner])
+        assert int(model.optimizer.iterations) == 4  # every step trained
+        return tuner.report
+
+    # Worker 1's folder cannot be made: it trains, and says so.
+    assert "output-failed" in fit_as(1).finding_codes()
+    # The chief waits its bounded while, then names worker 1 missing.
+    chief = fit_as(0)
+    assert chief.worker["finished"] is True
+    report = job.JobReport.load(str(log_dir / job.JOB_FILENAME))
+    assert report.missing == [1]
+    assert report.codes() == ["worker-missing"]
