@@ -259,7 +259,11 @@ def test_two_tensorflow_workers_make_one_job_report(tmp_path, uneven):
     assert json.loads(text)["workers"] == report["workers"]
 
 
-@pytest.mark.parametrize("jit", ["on", "auto"])
+# "auto" in a job skips the trial on every worker (unit: test_architecture's
+# `request(workers=2)`); the live two-process run of it is slow.
+@pytest.mark.parametrize(
+    "jit", ["on", pytest.param("auto", marks=pytest.mark.slow)]
+)
 def test_two_jax_processes_make_one_job_report(tmp_path, jit):
     (port,) = free_ports(1)
     log_dir = str(tmp_path / "logs")
