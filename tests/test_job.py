@@ -303,6 +303,30 @@ def test_two_jax_processes_make_one_job_report(tmp_path, jit):
     ]
 
 
+def dense_fit(log_dir):
+    """A tuner on a Dense model's fits of 4 batches an epoch into
+    `log_dir`: `(tuner, fit(epochs=...) -> the optimizer's steps)`."""
+    import keras
+    import numpy as np
+
+    from keras_xla import XLATuner
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse", jit_compile=True)
+    x = np.random.rand(32, 4).astype("float32")
+    y = np.random.rand(32, 1).astype("float32")
+    tuner = XLATuner(log_dir=str(log_dir), verbose=0, baseline=False)
+
+    def fit(epochs):
+        model.fit(
+            x, y, batch_size=8, epochs=epochs, verbose=0, callbacks=[tuner]
+        )
+        return int(model.optimizer.iterations)
+
+    return tuner, fit
+
+
 HOLDER = """
 import sys, time
 from keras_xla.core import files
@@ -315,11 +339,6 @@ sys.stdin.read()  # until the test is done
 
 
 def test_two_fits_sharing_a_log_dir_keep_each_others_report(tmp_path):
-    import keras
-    import numpy as np
-
-    from keras_xla import XLATuner
-
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
     # Another process's fit holds the log dir, with its report there.
@@ -331,13 +350,8 @@ def test_two_fits_sharing_a_log_dir_keep_each_others_report(tmp_path):
     )
     try:
         assert other.stdout.readline().strip() == "held"
-        keras.utils.set_random_seed(0)
-        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-        model.compile("sgd", "mse", jit_compile=True)
-        x = np.random.rand(32, 4).astype("float32")
-        y = np.random.rand(32, 1).astype("float32")
-        tuner = XLATuner(log_dir=str(log_dir), verbose=0, baseline=False)
-        model.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[tuner])
+        tuner, fit = dense_fit(log_dir)
+        fit(epochs=2)
     finally:
         other.stdin.close()
         other.wait(timeout=60)
@@ -351,7 +365,7 @@ def test_two_fits_sharing_a_log_dir_keep_each_others_report(tmp_path):
     assert XLAReport.load(str(mine)).total_compilations == 1
     assert "log-dir-shared" in tuner.report.finding_codes()
     # Alone in the log dir, the next fit writes there, as always.
-    model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[tuner])
+    fit(epochs=1)
     assert XLAReport.load(str(log_dir)).epochs[0].steps == 4
     assert os.path.isfile(log_dir / "xla_report.1.json")  # the other's
 
@@ -383,10 +397,7 @@ def test_the_tab_shows_the_job_on_each_workers_run():
 def test_a_worker_that_cannot_write_trains_and_the_chief_names_it(
     tmp_path, monkeypatch
 ):
-    import keras
-    import numpy as np
-
-    from keras_xla import XLATuner, backends
+    from keras_xla import backends
 
     log_dir = tmp_path / "logs"
     (log_dir / "workers").mkdir(parents=True)
@@ -396,14 +407,8 @@ def test_a_worker_that_cannot_write_trains_and_the_chief_names_it(
     def fit_as(index):
         worker = job.Worker(index, 2, "here", "tf.distribute", "j")
         monkeypatch.setattr(backends, "worker", lambda model: worker)
-        keras.utils.set_random_seed(0)
-        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-        model.compile("sgd", "mse", jit_compile=True)
-        x = np.random.rand(32, 4).astype("float32")
-        y = np.random.rand(32, 1).astype("float32")
-        tuner = XLATuner(log_dir=str(log_dir), verbose=0, baseline=False)
-        model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[tuner])
-        assert int(model.optimizer.iterations) == 4  # every step trained
+        tuner, fit = dense_fit(log_dir)
+        assert fit(epochs=1) == 4  # every step trained
         return tuner.report
 
     # Worker 1's folder cannot be made: it trains, and says so.

@@ -320,7 +320,7 @@ def job_view(job: dict, run: str) -> dict:
     row per worker (the one `run` shows, and those that made the others
     wait: a compilation of their own, a slower step), missing workers
     named, and its findings, worst first."""
-    head, _, tail = run.rpartition(WORKERS_MARKER)
+    _, _, tail = run.rpartition(WORKERS_MARKER)
     this = int(tail.split("/", 1)[0])
     verdict = job.get("verdict") or {}
     waiting = (codes.WORKER_COMPILED_ALONE, codes.STRAGGLER)
