@@ -469,6 +469,7 @@ def other_compile(log_dir):
     epoch = tuner.report.epochs[0]
     return {
         "kinds": {str(s["step"]): s["kind"] for s in epoch.spikes},
+        "seconds": {str(s["step"]): s["seconds"] for s in epoch.spikes},
         "unexplained": epoch.unexplained_seconds,
         "compilations": epoch.compilations,
     }

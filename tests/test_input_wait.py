@@ -6,7 +6,6 @@ import warnings
 
 import keras
 import numpy as np
-import pytest
 import tensorflow as tf
 
 from keras_xla import XLATuner
@@ -93,8 +92,11 @@ def test_a_slow_pipeline_is_input_bound_and_the_verdict_says_so_first(
         # Each batch took the planted sleep (and the map's own work) to
         # make, while the call waited for it; the step is a few ms.
         assert sleep_ms <= times["input_median"] <= sleep_ms + 5.0
+        # Its share lies between the sleep's and the bound above's, each
+        # over the median step (a busy machine hands the batch over late).
         planted = sleep_ms / times["median"]
-        assert times["input_share"] == pytest.approx(planted, abs=0.05)
+        slack = 5.0 / times["median"]
+        assert planted - 0.02 <= times["input_share"] <= planted + slack
         assert times["input_share"] >= 0.7
     assert "input-bound" in report.finding_codes()
     verdict = report.verdict

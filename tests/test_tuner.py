@@ -137,7 +137,11 @@ def test_padded_sequences_compile_once_per_length(profiled):
     # One warning per distinct (function, input, dim, cause).
     assert len(ours) == 1
     assert "dim 1" in str(ours[0].message)
-    (finding,) = report.findings
+    # One finding for the dimension (a busy machine may add one about the
+    # step's speed, never another about the shapes).
+    (finding,) = [
+        f for f in report.findings if f.code in ("dynamic-dimension", "retrace")
+    ]
     assert (finding.code, finding.count) == ("dynamic-dimension", 2)
 
 
