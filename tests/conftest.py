@@ -12,6 +12,43 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 
+@pytest.fixture(autouse=True, scope="session")
+def no_tfdata_autotune():
+    """Keras's tf.data pipelines run without tf.data's autotuning here.
+
+    Freeing an iterator with autotuning on can wait for the autotune
+    thread's next wake-up, whose period doubles up to 60 s
+    (`benchmarks/tfdata_teardown.py`): an iterator that the garbage
+    collector frees during a later test stalls that test for up to a
+    minute, at random. No test is about that wait."""
+    import tensorflow as tf
+    from keras.src.trainers import data_adapters
+
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    patched = []
+    for name in dir(data_adapters):
+        cls = getattr(data_adapters, name)
+        get = getattr(cls, "get_tf_dataset", None)
+        if not isinstance(cls, type) or get is None:
+            continue
+
+        def without_autotune(self, _get=get):
+            dataset = _get(self)
+            if isinstance(dataset, tf.data.Dataset):
+                dataset = dataset.with_options(options)
+            return dataset
+
+        patched.append((cls, cls.__dict__.get("get_tf_dataset")))
+        cls.get_tf_dataset = without_autotune
+    yield
+    for cls, original in patched:
+        if original is None:
+            del cls.get_tf_dataset
+        else:
+            cls.get_tf_dataset = original
+
+
 @pytest.fixture
 def profiled(tmp_path):
     """Context manager: profile a block; yields a list that receives the
