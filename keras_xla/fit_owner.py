@@ -430,6 +430,8 @@ class FitOwner:
         outputs: it is what must survive a crash. An interrupted epoch
         gets no checks: the user is waiting."""
         stages = [self._label_cache, self._check, self._conclude]
+        if self.worker is not None:
+            stages.insert(1, self._fingerprint)
         if interrupted:
             stages.remove(self._check)
         for stage in stages:
@@ -604,6 +606,11 @@ class FitOwner:
 
     def _check(self, stats: Any, records: list) -> None:
         raise NotImplementedError
+
+    def _fingerprint(self, stats: Any, records: list) -> None:
+        """In a job: each compilation so far gets its program's HLO
+        fingerprint where the backend can give one at no compilation (the
+        job report compares them across workers)."""
 
 
 def _worker(model: Any) -> job_lib.Worker | None:

@@ -86,7 +86,8 @@ class XLATuner(keras.callbacks.Callback):
     `compile-cache-untrusted`, `compile-cache-not-saved`,
     `compile-ledger-off`; on JAX `indivisible-batch` and
     `backend-unsupported`; the log dir `log-dir-shared`; a job's report
-    `worker-missing`, `worker-compiled-alone`, `straggler`.
+    `worker-missing`, `worker-compiled-alone`, `worker-program-differs`,
+    `straggler`.
 
     The report (`tuner.report`) is also written to
     `<log_dir>/xla_report.json` at every epoch end and at train end. One

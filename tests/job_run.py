@@ -1,20 +1,23 @@
 """One worker of a two-worker job under XLATuner, in its own process.
 
 Usage:
-    python job_run.py tf LOG_DIR DUMP_DIR [uneven]   (TF_CONFIG set)
-    python job_run.py jax LOG_DIR INDEX PORT [auto]
+    python job_run.py tf LOG_DIR DUMP_DIR [uneven|killed]   (TF_CONFIG set)
+    python job_run.py jax LOG_DIR INDEX PORT [on|auto|differ]
 
 TensorFlow: `MultiWorkerMirroredStrategy` (TF_CONFIG from the caller),
 an `XLAModel`, each worker's own data (`distribute_datasets_from_function`):
 32 examples in batches of 8, or 28 on worker 1 with `uneven` (its last
-batch is short). JAX:
+batch is short); with `killed`, worker 1 dies as its training ends,
+before its tuner writes its final report (the engine lets the chief go
+on then: no collective is left), and the chief waits 3 s for it. JAX:
 `jax.distributed.initialize` on 127.0.0.1 with gloo collectives and
 `keras.distribution.DataParallel`, each process its own rows of the
-global batch. Prints the worker's counts and, on the chief, the job
-report, as JSON on its last line. Ground truth: on TensorFlow the HLO
-modules XLA dumped (`--xla_dump_to=DUMP_DIR`: TensorFlow's profiler
-aborts at its stop under this strategy, TF 2.21); on JAX its compile
-events.
+global batch; with `differ`, worker 1's model computes with another
+activation (the same collectives, another program). Prints the worker's
+counts and, on the chief, the job report, as JSON on its last line.
+Ground truth: on TensorFlow the HLO modules XLA dumped
+(`--xla_dump_to=DUMP_DIR`: TensorFlow's profiler aborts at its stop
+under this strategy, TF 2.21); on JAX its compile events.
 """
 
 import json
@@ -55,10 +58,10 @@ def data(rows):
     return x, rng.random((rows, 1), dtype=np.float32)
 
 
-def build(cls):
+def build(cls, activation="relu"):
     keras.utils.set_random_seed(0)
     inputs = keras.Input((16, 4))
-    h = keras.layers.Conv1D(8, 3, activation="relu")(inputs)
+    h = keras.layers.Conv1D(8, 3, activation=activation)(inputs)
     h = keras.layers.GlobalAveragePooling1D()(h)
     model = cls(inputs, keras.layers.Dense(1)(h))
     model.compile(keras.optimizers.SGD(0.05), "mse", jit_compile=True)
@@ -75,11 +78,25 @@ def summary(tuner, out):
     out["shapes"] = sorted(
         json.dumps(c.shapes, sort_keys=True) for c in report.compile_log
     )
+    out["fingerprints"] = [c.fingerprint for c in report.compile_log]
     job = os.path.join(sys.argv[2], "xla_job_report.json")
     if report.worker and report.worker["index"] == 0:
         with open(job, encoding="utf-8") as f:
             out["job"] = json.load(f)
     print(json.dumps(out))
+
+
+def tuner_worker_index():
+    return json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+
+
+class DieAtTrainEnd(keras.callbacks.Callback):
+    """The process dies as training ends, before the callbacks after it
+    (the tuner) run: its final report is never written."""
+
+    def on_train_end(self, logs=None):
+        sys.stdout.flush()
+        os._exit(3)
 
 
 def tensorflow_worker():
@@ -99,7 +116,14 @@ def tensorflow_worker():
     tuner = keras_xla.XLATuner(
         log_dir=sys.argv[2], verbose=0, baseline=False, analyze_hlo=False
     )
-    model.fit(dataset, epochs=2, verbose=0, callbacks=[tuner])
+    callbacks = [tuner]
+    if sys.argv[-1] == "killed":
+        from keras_xla.core import job
+
+        job.GATHER_SECONDS = 3.0
+        if tuner_worker_index() == 1:
+            callbacks.insert(0, DieAtTrainEnd())
+    model.fit(dataset, epochs=2, verbose=0, callbacks=callbacks)
     dumped = [
         name
         for name in os.listdir(sys.argv[3])
@@ -121,7 +145,8 @@ def jax_worker():
     distribution = keras.distribution.DataParallel()
     distribution.auto_shard_dataset = False
     keras.distribution.set_distribution(distribution)
-    model = build(keras.Model)
+    differ = sys.argv[-1] == "differ" and jax.process_index() == 1
+    model = build(keras.Model, "tanh" if differ else "relu")
     x, y = data(320)  # 20 steps an epoch: room for the baseline windows
     auto = sys.argv[-1] == "auto"
     tuner = keras_xla.XLATuner(

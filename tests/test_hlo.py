@@ -270,3 +270,32 @@ def test_compiler_ir_stages_and_text(tmp_path):
         assert f.read() == text
     with pytest.raises(ValueError, match="Possible choices"):
         compiler_ir(not_jit, ones(3), stage="llvm")
+
+
+def test_a_program_has_one_fingerprint_whatever_tensorflow_named_it():
+    from keras_xla.tf_backend.hlo import parse_hlo_module, program_fingerprint
+
+    def module(fn, x):
+        serialized = fn.experimental_get_compiler_ir(x)(stage="hlo_serialized")
+        return parse_hlo_module(serialized)
+
+    x = tf.ones([4, 3])
+
+    def make(activation):
+        @tf.function(jit_compile=True)
+        def step(x):
+            return tf.reduce_sum(activation(x @ tf.transpose(x)))
+
+        return step
+
+    first, second = module(make(tf.nn.relu), x), module(make(tf.nn.relu), x)
+    # TensorFlow names each function (and so its module) by a process-wide
+    # counter: two processes lowering the same program name it apart.
+    assert first.name != second.name
+    assert program_fingerprint(first) == program_fingerprint(second)
+    other = module(make(tf.nn.sigmoid), x)
+    assert program_fingerprint(other) != program_fingerprint(first)
+    # Another shape: another program.
+    wider = make(tf.nn.relu).experimental_get_compiler_ir(tf.ones([5, 3]))
+    wider = parse_hlo_module(wider(stage="hlo_serialized"))
+    assert program_fingerprint(wider) != program_fingerprint(first)

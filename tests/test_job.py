@@ -111,6 +111,59 @@ def test_the_job_names_the_worker_that_compiled_alone_and_the_wait():
     ]
 
 
+def fingerprinted(index, fingerprint, dtype="float32", **environment):
+    """A worker's report whose first compilation has `fingerprint`, its
+    input `x` in `dtype`, and `environment`'s settings."""
+    report = worker_report(index)
+    first = report.compile_log[0]
+    first.fingerprint, first.dtypes = fingerprint, {"x": dtype}
+    report.environment.update(environment)
+    return report
+
+
+def test_workers_that_compiled_another_program_for_a_step_are_named():
+    same = job.build({i: fingerprinted(i, "aaaa") for i in range(2)}, 2, "a,b")
+    assert same.findings == []
+    assert [w.programs[0]["fingerprint"] for w in same.workers] == [
+        "aaaa",
+        "aaaa",
+    ]
+    # The same shapes and settings, another program: the code differs.
+    cases = [
+        ({}, {}, "the model's code or its arguments differ"),
+        (
+            {"dtype": "float32"},
+            {"dtype": "float64"},
+            "input `x`'s dtype is float32 on worker 0 and float64 on worker 1",
+        ),
+        (
+            {"policy": "float32"},
+            {"policy": "mixed_bfloat16"},
+            "`policy` is float32 on worker 0 and mixed_bfloat16 on worker 1",
+        ),
+    ]
+    for chief, other, difference in cases:
+        report = job.build(
+            {
+                0: fingerprinted(0, "aaaa", **chief),
+                1: fingerprinted(1, "bbbb", **other),
+            },
+            2,
+        )
+        (found,) = report.findings
+        assert (found["code"], found["worker"]) == (
+            "worker-program-differs",
+            1,
+        )
+        assert "train step 0 of epoch 0" in found["message"]
+        assert "bbbb and aaaa" in found["message"]
+        assert difference in found["message"]
+    # A worker without fingerprints (its backend gave none) is not
+    # compared.
+    report = job.build({0: fingerprinted(0, "aaaa"), 1: worker_report(1)}, 2)
+    assert report.findings == []
+
+
 def test_a_straggler_and_a_missing_worker():
     reports = {i: worker_report(i, count=4) for i in range(3)}
     reports[2] = worker_report(2, count=4, step_ms=3.0)
@@ -147,6 +200,14 @@ def test_the_chief_waits_for_the_workers_final_reports_at_most_so_long(
     # Worker 1 never finished: the chief gave up after 5 s and has both.
     assert 5.0 <= now[0] < 5.0 + 2 * job.POLL_SECONDS
     assert sorted(reports) == [0, 1]
+    # Its last report is in the job's table, and it is named: it never
+    # wrote its final one.
+    unfinished = job.build(reports, 2)
+    assert [w.index for w in unfinished.workers] == [0, 1]
+    (found,) = unfinished.findings
+    assert (found["code"], found["worker"]) == ("worker-missing", 1)
+    assert "never wrote its final report" in found["message"]
+    assert "after 8 train steps" in found["message"]
     now[0] = 0.0
     worker_report(1).write(job.worker_dir(log_dir, 1))
     job.gather(log_dir, 2, 5.0, clock=lambda: now[0], sleep=sleep)
@@ -176,7 +237,9 @@ def test_the_cli_merges_separate_log_dirs_into_the_job(tmp_path, capsys):
     assert "give one run, two to compare" in capsys.readouterr().err
 
 
-def run_workers(commands, envs):
+def run_workers(commands, envs, codes=(0, 0)):
+    """Each worker's last line as JSON (None where it printed none), after
+    checking each exited with its code of `codes`."""
     procs = [
         subprocess.Popen(
             command,
@@ -188,14 +251,15 @@ def run_workers(commands, envs):
         for command, env in zip(commands, envs)
     ]
     outs = []
-    for proc in procs:
+    for proc, code in zip(procs, codes):
         stdout, stderr = proc.communicate(timeout=600)
-        assert proc.returncode == 0, stderr[-3000:]
-        outs.append(json.loads(stdout.strip().splitlines()[-1]))
+        assert proc.returncode == code, stderr[-3000:]
+        lines = stdout.strip().splitlines()
+        outs.append(json.loads(lines[-1]) if lines else None)
     return outs
 
 
-def tf_job(tmp_path, *extra):
+def tf_job(tmp_path, *extra, codes=(0, 0)):
     ports = free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     commands, envs = [], []
@@ -210,7 +274,7 @@ def tf_job(tmp_path, *extra):
         commands.append([sys.executable, script, "tf", log_dir, dump])
         commands[-1] += list(extra)
         envs.append(env)
-    return run_workers(commands, envs)
+    return run_workers(commands, envs, codes)
 
 
 @pytest.mark.parametrize("uneven", [False, True], ids=["even", "uneven"])
@@ -233,9 +297,15 @@ def test_two_tensorflow_workers_make_one_job_report(tmp_path, uneven):
     # The gradients were all-reduced: the workers' weights are equal.
     for a, b in zip(outs[0]["weights"], outs[1]["weights"]):
         assert a == b
+    # Each compiled step's program fingerprint, read from XLA's own
+    # record of it (no compilation of the tuner's).
+    assert all(all(out["fingerprints"]) for out in outs)
     if not uneven:
         assert outs[0]["shapes"] == outs[1]["shapes"]
+        # The same program on both workers.
+        assert outs[0]["fingerprints"] == outs[1]["fingerprints"]
         assert ("worker-compiled-alone", 1) not in codes
+        assert "worker-program-differs" not in [c for c, _ in codes]
     else:
         # Worker 1's short last batch compiled the step for it alone.
         assert ("worker-compiled-alone", 1) in codes
@@ -259,10 +329,28 @@ def test_two_tensorflow_workers_make_one_job_report(tmp_path, uneven):
     assert json.loads(text)["workers"] == report["workers"]
 
 
+def test_a_worker_that_died_is_named_and_the_job_report_written(tmp_path):
+    # Worker 1 died as its training ended (exit code 3), before its final
+    # report; the chief waited its bounded while and wrote the job's.
+    chief, dead = tf_job(tmp_path, "killed", codes=(0, 3))
+    assert dead is None
+    report = chief["job"]
+    assert [(w["index"], w["finished"]) for w in report["workers"]] == [
+        (0, True),
+        (1, False),
+    ]
+    (missing,) = [f for f in report["findings"] if f["worker"] == 1]
+    assert missing["code"] == "worker-missing"
+    assert "never wrote its final report" in missing["message"]
+    # Its row is its last epoch's report: 4 steps an epoch, 2 epochs.
+    assert report["workers"][1]["train_steps"] == 8
+
+
 # "auto" in a job skips the trial on every worker (unit: test_architecture's
-# `request(workers=2)`); the live two-process run of it is slow.
+# `request(workers=2)`); the live two-process run of it is slow, and the
+# default run's job plants another program on worker 1 ("differ": XLA on).
 @pytest.mark.parametrize(
-    "jit", ["on", pytest.param("auto", marks=pytest.mark.slow)]
+    "jit", ["differ", pytest.param("auto", marks=pytest.mark.slow)]
 )
 def test_two_jax_processes_make_one_job_report(tmp_path, jit):
     (port,) = free_ports(1)
@@ -298,9 +386,24 @@ def test_two_jax_processes_make_one_job_report(tmp_path, jit):
     assert report["missing"] == []
     # One SPMD program: both processes compiled the same shapes.
     assert outs[0]["shapes"] == outs[1]["shapes"]
-    assert "worker-compiled-alone" not in [
-        f["code"] for f in report["findings"]
+    codes = [(f["code"], f["worker"]) for f in report["findings"]]
+    assert "worker-compiled-alone" not in [c for c, _ in codes]
+    fingerprints = [out["fingerprints"] for out in outs]
+    assert all(fingerprints[0]) and all(fingerprints[1])
+    if jit == "auto":
+        # The same model on both: the same programs.
+        assert fingerprints[0] == fingerprints[1]
+        assert "worker-program-differs" not in [c for c, _ in codes]
+        return
+    # Worker 1's model computes tanh where worker 0's computes relu: the
+    # same shapes and collectives, another program at every compiled
+    # step, each named.
+    assert all(a != b for a, b in zip(*fingerprints))
+    differs = [
+        f for f in report["findings"] if f["code"] == "worker-program-differs"
     ]
+    assert [f["worker"] for f in differs] == [1] * len(fingerprints[0])
+    assert "the model's code or its arguments differ" in differs[0]["message"]
 
 
 def dense_fit(log_dir):

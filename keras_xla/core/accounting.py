@@ -173,6 +173,7 @@ class Accountant:
                         epoch=self.epoch,
                         step=record.first_step + index,
                         shapes={t.path: list(t.shape) for t in sig.tensors},
+                        dtypes={t.path: t.dtype for t in sig.tensors},
                         compile_seconds=round(seconds, 4),
                         first=not previous,
                         started_at=round(record.started_at, 6),

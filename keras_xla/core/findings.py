@@ -62,6 +62,7 @@ RECOMPILE_STORM = "recompile-storm"
 # A job across workers (`core.job`: the chief's job report).
 WORKER_MISSING = "worker-missing"
 WORKER_COMPILED_ALONE = "worker-compiled-alone"
+WORKER_PROGRAM_DIFFERS = "worker-program-differs"
 STRAGGLER = "straggler"
 LOG_DIR_SHARED = "log-dir-shared"
 # Precision.
@@ -152,6 +153,7 @@ CODES: dict[str, Code] = _table(
     (BACKEND_UNSUPPORTED, "warning", "a TensorFlow-only feature, not applied"),
     (WORKER_MISSING, "warning", "a job's worker wrote no report"),
     (WORKER_COMPILED_ALONE, "warning", "one worker compiled, the rest waited"),
+    (WORKER_PROGRAM_DIFFERS, "error", "workers compiled different programs"),
     (STRAGGLER, "warning", "one worker's step is slower than the others'"),
     (LOG_DIR_SHARED, "warning", "another fit was writing into the log dir"),
 )

@@ -11,12 +11,18 @@ workers' reports kept in separate log dirs the same way.
 
 What only a job shows, each a finding with the worker named:
 
-- `worker-missing`: a worker whose report never came (it died, its log
-  dir is not shared, or it is still training when the wait ran out);
+- `worker-missing`: a worker whose report never came, or whose last one
+  is not its final one (it died, its log dir is not shared, or it is
+  still training when the wait ran out);
 - `worker-compiled-alone`: a worker compiled a step for shapes no other
   worker compiled (an uneven shard's partial batch, a worker-local
   shape): every other worker waited for that compilation at the next
   collective;
+- `worker-program-differs`: at one step, two workers compiled different
+  programs (their HLO fingerprints differ): the first differing input
+  (shape or dtype) or setting (versions, dtype policy) is named, else the
+  code. Workers that lower different programs for one step can hang at
+  their collectives;
 - `straggler`: a worker whose steady step is clearly slower than the
   others' (the job steps at its pace).
 
@@ -123,6 +129,9 @@ class WorkerRow:
     finished: bool
     xla_step_ms: float | None = None
     baseline_step_ms: float | None = None
+    # Each compiled step's program: function, epoch, step, shapes and its
+    # HLO fingerprint (None where the backend gave none).
+    programs: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -195,6 +204,16 @@ def row_of(report: XLAReport, index: int) -> WorkerRow:
         finished=bool(worker.get("finished")),
         xla_step_ms=verdict.xla_step_ms if verdict else None,
         baseline_step_ms=verdict.baseline_step_ms if verdict else None,
+        programs=[
+            {
+                "function": c.function,
+                "epoch": c.epoch,
+                "step": c.step,
+                "shapes": c.shapes,
+                "fingerprint": c.fingerprint,
+            }
+            for c in report.compile_log
+        ],
     )
 
 
@@ -206,7 +225,9 @@ def build(
     rows = [row_of(reports[i], i) for i in sorted(reports)]
     missing = [i for i in range(count) if i not in reports]
     found = [_missing(i, count) for i in missing]
+    found += [_unfinished(row, count) for row in rows if not row.finished]
     found += _compiled_alone(reports)
+    found += _programs_differ(reports)
     found += _stragglers(rows)
     found.sort(key=lambda f: -(f.get("seconds") or 0.0))
     return JobReport(
@@ -238,6 +259,19 @@ def _missing(index: int, count: int) -> dict:
         "waiting.",
         "Give every worker the same log_dir on a shared file system, or "
         "merge their log dirs: `keras-xla report DIR DIR ...`.",
+    )
+
+
+def _unfinished(row: WorkerRow, count: int) -> dict:
+    return _finding(
+        codes.WORKER_MISSING,
+        row.index,
+        f"Worker {row.index} of {count} never wrote its final report: its "
+        f"last one stops after {row.train_steps} train steps (it died, or "
+        "was still training when the chief gave up waiting). Its row is "
+        "that report's.",
+        "Look at that worker's log for why it stopped; a worker still "
+        "training: `keras-xla report LOGDIR` once it has finished.",
     )
 
 
@@ -301,6 +335,82 @@ def _cause(report: XLAReport, function: str, shapes: dict) -> tuple[str, str]:
                 r.fix,
             )
     return "", ""
+
+
+def _programs_differ(reports: dict[int, XLAReport]) -> list[dict]:
+    """Steps at which a worker compiled another program than the first
+    worker that compiled the same step (by their HLO fingerprints)."""
+    first: dict[tuple, tuple[int, object]] = {}
+    found = []
+    for index in sorted(reports):
+        for c in reports[index].compile_log:
+            if not c.fingerprint:
+                continue
+            key = (c.function, c.epoch, c.step, c.replica)
+            if key not in first:
+                first[key] = (index, c)
+                continue
+            other, theirs = first[key]
+            if theirs.fingerprint == c.fingerprint:
+                continue
+            difference = _first_difference(reports, {other: theirs, index: c})
+            found.append(
+                _finding(
+                    codes.WORKER_PROGRAM_DIFFERS,
+                    index,
+                    f"At {c.function} step {c.step} of epoch {c.epoch}, "
+                    f"worker {index} compiled another program than worker "
+                    f"{other} (HLO fingerprints {c.fingerprint} and "
+                    f"{theirs.fingerprint}): {difference}. Workers whose "
+                    "programs differ for one step can hang at their "
+                    "collectives.",
+                    "Run the same code, package versions, dtype policy and "
+                    "XLA flags on every worker, with inputs of the same "
+                    "shapes and dtypes at each step.",
+                    c.compile_seconds,
+                )
+            )
+    return found
+
+
+# The settings of a worker's report that change the program it compiles.
+PROGRAM_SETTINGS = ("tensorflow", "jax", "keras", "policy", "replicas")
+
+
+def _first_difference(
+    reports: dict[int, XLAReport], compiled: dict[int, object]
+) -> str:
+    """What first differs between two workers' compilations of one step
+    (`compiled`, by worker): an input's shape or dtype, else a setting,
+    else their code."""
+    (i, a), (j, b) = sorted(compiled.items())
+
+    def differs(what: str, mine, theirs) -> str | None:
+        if mine == theirs:
+            return None
+        return f"{what} is {mine} on worker {i} and {theirs} on worker {j}"
+
+    dtypes_a, dtypes_b = a.dtypes or {}, b.dtypes or {}
+    for path in list(a.shapes) + [p for p in b.shapes if p not in a.shapes]:
+        found = differs(
+            f"input `{path}`", a.shapes.get(path), b.shapes.get(path)
+        ) or differs(
+            f"input `{path}`'s dtype", dtypes_a.get(path), dtypes_b.get(path)
+        )
+        if found:
+            return found
+    for key in PROGRAM_SETTINGS:
+        found = differs(
+            f"`{key}`",
+            reports[i].environment.get(key),
+            reports[j].environment.get(key),
+        )
+        if found:
+            return found
+    return (
+        "their inputs and settings are the same, so the model's code or "
+        "its arguments differ"
+    )
 
 
 def _shapes(shapes: dict) -> str:

@@ -126,6 +126,11 @@ class Compilation:
     replica: int = 0
     finished_at: float = 0.0
     cache: str | None = None
+    # The compiled program's fingerprint (its HLO's; the same program
+    # has the same one in every process), where the backend gave one.
+    fingerprint: str | None = None
+    # Each input's dtype, by path (None: not recorded).
+    dtypes: dict | None = None
 
 
 @dataclasses.dataclass

@@ -29,7 +29,7 @@ from keras_xla.core import report as report_lib
 from keras_xla.core.timing import median_seconds
 from keras_xla.fit_owner import FitOwner
 from keras_xla.jax_backend import baseline as baseline_lib
-from keras_xla.jax_backend import environment, epoch_checks
+from keras_xla.jax_backend import environment, epoch_checks, hlo
 from keras_xla.jax_backend.compile_events import CompileEvents
 from keras_xla.jax_backend.step_log import JaxStepLog, trackers_of
 from keras_xla.jax_backend.summaries import JaxSummaryWriter
@@ -363,6 +363,34 @@ class FitRun(FitOwner):
         compiled = [c.compile_seconds for c in self.report.compile_log]
         if compiled:
             section.miss_median_seconds = median_seconds(compiled)
+
+    def _fingerprint(self, stats, records) -> None:
+        """Each train compilation's program fingerprint, lowered again from
+        a batch of its shapes the tap kept (JAX's caches: no compilation);
+        one compiled on the no-XLA side of a window waits for XLA's."""
+        jitted = hlo.jitted_step(self.model)
+        if jitted is None:
+            return
+        state = None
+        for c in self.report.compile_log:
+            if c.function != "train" or c.fingerprint is not None:
+                continue
+            data = next(
+                (
+                    example
+                    for sig, example in self.tap.examples.items()
+                    if c.shapes == {t.path: list(t.shape) for t in sig.tensors}
+                    and c.dtypes
+                    in (None, {t.path: t.dtype for t in sig.tensors})
+                ),
+                None,
+            )
+            if data is None:
+                continue
+            if state is None:
+                sharded = environment.device_count() > 1
+                state = hlo.state_specs(self.model, sharded)
+            c.fingerprint = hlo.fingerprint(jitted, state, data)
 
     def _check(self, stats, records) -> None:
         """The epoch's checks (`epoch_checks`): the HLO analysis once per

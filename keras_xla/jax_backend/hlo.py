@@ -14,6 +14,7 @@ are listed, as on TensorFlow.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import re
@@ -82,6 +83,15 @@ def state_specs(model: Any, sharded: bool) -> Any:
         )
 
     return jax.tree_util.tree_map(spec, state)
+
+
+def fingerprint(jitted: Any, state: Any, data: Any) -> str:
+    """The fingerprint of the program `jitted` runs on `(state, data)`
+    specs: a hash of its lowered module's text (without locations, so the
+    same program has the same one on every machine). Lowering compiles
+    nothing."""
+    text = jitted.lower(state, data).as_text()
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def parse_computations(text: str) -> tuple[str | None, dict[str, list]]:

@@ -28,6 +28,7 @@ from keras_xla.tf_backend import (
     compile_ledger,
     epoch_checks,
     fit_setup,
+    hlo_analysis,
 )
 from keras_xla.tf_backend import compile_cache as cache_lib
 from keras_xla.tf_backend import jit as jit_lib
@@ -366,6 +367,13 @@ class FitRun(FitOwner):
                 "compile_cache at another disk.",
                 (status.directory,),
             )
+
+    def _fingerprint(self, stats, records) -> None:
+        """The epoch's train compilations' program fingerprints, from
+        their ledger entries (no compilation)."""
+        for c in self.report.compile_log:
+            if c.function == "train" and c.epoch == stats.epoch:
+                c.fingerprint = hlo_analysis.program_fingerprint(c)
 
     def _check(self, stats, records) -> None:
         s, found = self.settings, []

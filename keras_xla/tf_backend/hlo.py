@@ -24,6 +24,7 @@ tensors; `analyze()`, a pure function of protos, turns it into `HloStats`.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import re
@@ -109,6 +110,46 @@ def parse_hlo_module(serialized: bytes) -> hlo_pb2.HloModuleProto:
     module = hlo_pb2.HloModuleProto()
     module.ParseFromString(serialized)
     return module
+
+
+def program_fingerprint(module: hlo_pb2.HloModuleProto) -> str:
+    """The fingerprint of an HLO module's program, the same in every
+    process that lowers the same program: a hash of the module with its
+    names, source metadata and schedule left out, and its computations'
+    and instructions' ids (process-wide counters) renumbered in order."""
+    canonical = type(module)()
+    canonical.CopyFrom(module)
+    computations = {c.id: i for i, c in enumerate(canonical.computations)}
+    instructions = {
+        inst.id: i
+        for i, inst in enumerate(
+            inst for c in canonical.computations for inst in c.instructions
+        )
+    }
+    for field in ("name", "entry_computation_name", "id", "schedule"):
+        canonical.ClearField(field)
+    for field in ("host_program_shape", "stack_frame_index"):
+        canonical.ClearField(field)
+    canonical.entry_computation_id = computations.get(
+        canonical.entry_computation_id, -1
+    )
+    for computation in canonical.computations:
+        computation.ClearField("name")
+        computation.ClearField("program_shape")
+        computation.id = computations[computation.id]
+        computation.root_id = instructions.get(computation.root_id, -1)
+        for inst in computation.instructions:
+            inst.ClearField("name")
+            inst.ClearField("metadata")
+            inst.id = instructions[inst.id]
+            for ids, table in (
+                (inst.operand_ids, instructions),
+                (inst.control_predecessor_ids, instructions),
+                (inst.called_computation_ids, computations),
+            ):
+                ids[:] = [table.get(i, -1) for i in ids]
+    serialized = canonical.SerializeToString(deterministic=True)
+    return hashlib.sha256(serialized).hexdigest()[:16]
 
 
 def _compiler_ir_getter(fn: Callable[..., Any], args: tuple) -> Any:

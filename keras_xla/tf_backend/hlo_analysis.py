@@ -175,9 +175,6 @@ def analyze_or_explain(*args, **kwargs) -> tuple[HloSection | None, tuple]:
 def _ledger_modules(signature: Signature, compile_log) -> tuple[bytes, bytes]:
     """The `(unoptimized, optimized)` modules of the train step's
     compilation for `signature` in this fit, from the ledger."""
-    ledger = compile_ledger.status()
-    if ledger.directory is None:
-        raise HloUnavailable(ledger.reason, ledger.fix)
     shapes = {t.path: list(t.shape) for t in signature.tensors}
     compiled = [
         c for c in compile_log if c.function == "train" and c.shapes == shapes
@@ -186,14 +183,22 @@ def _ledger_modules(signature: Signature, compile_log) -> tuple[bytes, bytes]:
         raise HloUnavailable(
             f"the train step for {shapes} compiled before this fit"
         )
-    c = compiled[-1]
+    return cache_entry.read_modules(_ledger_entry(compiled[-1]))
+
+
+def _ledger_entry(compilation: Any) -> str:
+    """The ledger entry a train step's `Compilation` wrote."""
+    ledger = compile_ledger.status()
+    if ledger.directory is None:
+        raise HloUnavailable(ledger.reason, ledger.fix)
     # Entries are dated call by call only where something needs it (see
     # StepLog), else when the calls are collected: any entry dated from
     # the compilation on may be its, and its inputs tell which.
     paths = compile_ledger.entries_between(
-        ledger.directory, c.started_at, float("inf")
+        ledger.directory, compilation.started_at, float("inf")
     )
-    candidates = [p for p in paths if _takes_inputs(p, shapes.values())]
+    shapes = compilation.shapes.values()
+    candidates = [p for p in paths if _takes_inputs(p, shapes)]
     if not candidates:
         raise HloUnavailable(
             "XLA wrote no cache entry when the train step compiled (it was "
@@ -202,7 +207,18 @@ def _ledger_modules(signature: Signature, compile_log) -> tuple[bytes, bytes]:
     # The call may also have compiled other clusters, and validation the
     # test step for the same shapes; the train step's module is the
     # largest entry.
-    return cache_entry.read_modules(max(candidates, key=cache_entry.size))
+    return max(candidates, key=cache_entry.size)
+
+
+def program_fingerprint(compilation: Any) -> str | None:
+    """The HLO fingerprint of the program a train step's `Compilation`
+    compiled (`hlo.program_fingerprint` of its ledger entry's module);
+    None where the ledger has no entry of it."""
+    try:
+        unoptimized, _ = cache_entry.read_modules(_ledger_entry(compilation))
+    except (HloUnavailable, OSError, ValueError):
+        return None
+    return hlo_lib.program_fingerprint(hlo_lib.parse_hlo_module(unoptimized))
 
 
 def _takes_inputs(path: str, shapes) -> bool:
