@@ -1,4 +1,4 @@
-"""The `keras-xla` command line: `doctor` and `report`.
+"""The `keras-xla` command line: `doctor`, `report` and `run`.
 
 `keras-xla doctor [--json]` checks that XLA can work here: versions, devices,
 CPU features, the XLA flag variables (checked before any TensorFlow op: a
@@ -10,7 +10,8 @@ of one job's workers, give the job's table (`core.job`).
 Whatever a report file holds, `report` prints what it could read (and
 notes on stderr what it skipped) or exits 2 with one line naming the file
 and what was wrong, never a traceback; strings from reports and paths are
-escaped for the terminal, and `--json` is strict JSON.
+escaped for the terminal, and `--json` is strict JSON. `keras-xla run`
+(`run_command`) runs a training script under the tuner.
 """
 
 from __future__ import annotations
@@ -233,6 +234,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print the result as JSON"
     )
     report.set_defaults(run=run_report)
+    commands.add_parser(
+        "run",
+        add_help=False,
+        help="run a training script with an XLATuner on every fit, no edit "
+        "(`keras-xla run --help`); --compare backends and XLA settings",
+    )
     return parser
 
 
@@ -247,5 +254,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         0 on success; 1 when `doctor` found a problem; 2 for a usage
         error or an unreadable report.
     """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["run"]:
+        from keras_xla import run_command
+
+        return run_command.main(argv[1:])
     args = build_parser().parse_args(argv)
     return args.run(args)

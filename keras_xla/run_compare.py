@@ -1,0 +1,430 @@
+"""`keras-xla run --compare`: which backend and XLA setting trains a
+script fastest here.
+
+`--compare backend=tensorflow,jax jit=on,off` runs the script once per
+configuration (every combination of the axes' values), each in its own
+`keras-xla run` process (`KERAS_BACKEND` set before Keras is imported,
+`--jit-compile` for the tuner), plus the script's own default (no
+override) to measure against. A round runs every configuration once,
+alternate rounds in reverse order so that none always goes first; a
+second (and third) round runs while the fastest two configurations'
+times are within `CLEAR_MARGIN` of each other (one round) or their
+rounds' ranges overlap. Each configuration's figures are the medians of
+its rounds. The table (`rows`), the answer (`answer`) and the JSON
+(`xla_compare.json` in the log dir, `--json`) say which configuration
+trained the script's steps fastest, by how much against its default,
+and why (each step's time, compiling, what held the slower one back).
+A configuration that cannot run (a backend not installed, a
+TensorFlow-only train step on JAX) is a row that says why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+AXES = {
+    "backend": ("tensorflow", "jax"),
+    "jit": ("on", "off", "auto"),
+}
+JIT_FLAG = {"on": "true", "off": "false", "auto": "auto"}
+BACKEND_NAMES = {"tensorflow": "TensorFlow", "jax": "JAX"}
+JIT_NAMES = {"on": "with XLA", "off": "without XLA", "auto": "XLA auto"}
+COMPARE_FILENAME = "xla_compare.json"
+# One round is enough when the fastest beats the next by this share.
+CLEAR_MARGIN = 0.10
+MAX_ROUNDS = 3
+USAGE_ERROR = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Configuration:
+    """One way to run the script: a backend and an XLA setting (None:
+    the script's own)."""
+
+    backend: str | None = None
+    jit: str | None = None
+
+    @property
+    def default(self) -> bool:
+        return self.backend is None and self.jit is None
+
+    @property
+    def label(self) -> str:
+        if self.default:
+            return "the script's default"
+        parts = []
+        if self.backend:
+            parts.append(BACKEND_NAMES[self.backend])
+        if self.jit:
+            parts.append(JIT_NAMES[self.jit])
+        return " ".join(parts)
+
+    @property
+    def slug(self) -> str:
+        if self.default:
+            return "default"
+        return "-".join(
+            f"{k}-{v}"
+            for k, v in (("backend", self.backend), ("jit", self.jit))
+            if v
+        )
+
+
+def parse_axes(items: list[str]) -> dict[str, tuple[str, ...]]:
+    """`["backend=tensorflow,jax", "jit=on,off"]` as axes; `ValueError`
+    naming the item and the choices."""
+    axes: dict[str, tuple[str, ...]] = {}
+    for item in items:
+        name, _, values = item.partition("=")
+        if name not in AXES:
+            raise ValueError(
+                f"--compare {item}: compare by {' or '.join(AXES)} "
+                "(e.g. backend=tensorflow,jax jit=on,off)."
+            )
+        chosen = tuple(v.strip() for v in values.split(",") if v.strip())
+        wrong = [v for v in chosen if v not in AXES[name]]
+        if not chosen or wrong:
+            raise ValueError(
+                f"--compare {item}: {name} takes "
+                f"{', '.join(AXES[name])} (comma-separated)."
+            )
+        axes[name] = tuple(dict.fromkeys(chosen))
+    return axes
+
+
+def configurations(axes: dict[str, tuple[str, ...]]) -> list[Configuration]:
+    """The script's default, then every combination of the axes."""
+    names = list(axes)
+    combos = [
+        Configuration(**dict(zip(names, values)))
+        for values in itertools.product(*(axes[n] for n in names))
+    ]
+    return [Configuration()] + [c for c in combos if not c.default]
+
+
+def command(
+    config: Configuration,
+    jit: str,
+    passed: list[str],
+    target: str,
+    module: bool,
+    script_args: list[str],
+    log_dir: str,
+    result: str,
+) -> list[str]:
+    """The `keras-xla run` command of one configuration; `jit` is the
+    `--jit-compile` of a configuration without its own (the user's flag,
+    else `none`: the tuner keeps the script's setting)."""
+    out = [sys.executable, "-m", "keras_xla", "run", *passed]
+    out += ["--log-dir", os.path.join(log_dir, config.slug)]
+    out += ["--result", result]
+    out += ["--jit-compile", JIT_FLAG.get(config.jit, jit)]
+    out += ["-m", target] if module else [target]
+    return out + list(script_args)
+
+
+def environment(config: Configuration) -> dict:
+    """The configuration's environment: the user's, with its backend."""
+    from keras_xla.tf_backend import compile_ledger
+
+    env = dict(os.environ)
+    # The user's TF_XLA_FLAGS, not this process's ledger flag.
+    user = compile_ledger.status().user_flags
+    if compile_ledger.status().owned:
+        env.pop("TF_XLA_FLAGS", None)
+        if user is not None:
+            env["TF_XLA_FLAGS"] = user
+    if config.backend is not None:
+        env["KERAS_BACKEND"] = config.backend
+    return env
+
+
+def run_once(config: Configuration, argv: list[str], env: dict) -> dict:
+    """Runs one configuration; its result (`script_run.result_dict`) and,
+    where it failed, the last line it printed on stderr."""
+    with tempfile.TemporaryDirectory(prefix="keras_xla_compare_") as tmp:
+        path = os.path.join(tmp, "result.json")
+        argv = [path if a == "{result}" else a for a in argv]
+        done = subprocess.run(
+            argv, env=env, capture_output=True, text=True, check=False
+        )
+        try:
+            with open(path, encoding="utf-8") as f:
+                result = json.load(f)
+        except (OSError, ValueError):
+            result = {"code": done.returncode, "error": None, "fits": []}
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    result["code"] = done.returncode
+    result["last_line"] = _why(lines)
+    return result
+
+
+def _why(lines: list[str]) -> str | None:
+    """The line that says why a run failed: its exception's, else its
+    last."""
+    for line in reversed(lines):
+        head = line.split(":", 1)[0]
+        if head.endswith(("Error", "Exception")) and " " not in head:
+            return line.strip()
+    return lines[-1].strip() if lines else None
+
+
+def row(config: Configuration, results: list[dict]) -> dict:
+    """A configuration's row from its rounds' results: medians over the
+    rounds that trained; the reason where none did."""
+    trained = [r for r in results if r["code"] == 0 and r["fits"]]
+    out: dict[str, Any] = {
+        "configuration": config.label,
+        "backend": config.backend,
+        "jit": config.jit,
+        "default": config.default,
+        "runs": len(results),
+        "ok": bool(trained),
+        "why": None,
+    }
+    if not trained:
+        last = results[-1]
+        out["why"] = (
+            "no fit() ran"
+            if last["code"] == 0
+            else last.get("error")
+            or last.get("last_line")
+            or (f"exit code {last['code']}")
+        )
+        return out
+    summaries = [_summary(r["fits"]) for r in trained]
+    seconds = [s["seconds"] for s in summaries if s["seconds"] is not None]
+    out.update(summaries[-1])
+    out["seconds"] = statistics.median(seconds) if seconds else None
+    out["seconds_range"] = [min(seconds), max(seconds)] if seconds else None
+    return out
+
+
+def _summary(fits: list[dict]) -> dict:
+    """One run's figures over its fits: times, steps and compilations
+    summed; the step time and verdict of its longest fit."""
+    longest = max(fits, key=lambda f: f["steps"])
+    seconds = [f["seconds"] for f in fits]
+    return {
+        "seconds": None if None in seconds else round(sum(seconds), 3),
+        "steps": sum(f["steps"] for f in fits),
+        "fits": len(fits),
+        "compilations": sum(f["compilations"] for f in fits),
+        "compile_seconds": round(sum(f["compile_seconds"] for f in fits), 3),
+        "step_ms": longest["step_ms"],
+        "step_ms_range": longest["step_ms_range"],
+        "dispatch_ms": longest["dispatch_ms"],
+        "input_ms": longest["input_ms"],
+        "backend_seen": longest["backend"],
+        "xla": longest["xla"],
+        "codes": longest["codes"],
+        "headline": longest["headline"],
+    }
+
+
+def ranked(rows: list[dict]) -> list[dict]:
+    """The rows that trained, fastest first."""
+    timed = [r for r in rows if r["ok"] and r.get("seconds") is not None]
+    return sorted(timed, key=lambda r: r["seconds"])
+
+
+def settled(rows: list[dict]) -> bool:
+    """Whether the fastest is clearly ahead of the next: by
+    `CLEAR_MARGIN` after one round, by ranges that do not overlap after
+    more."""
+    order = ranked(rows)
+    if len(order) < 2:
+        return True
+    best, second = order[0], order[1]
+    if best["runs"] == 1:
+        return best["seconds"] * (1 + CLEAR_MARGIN) < second["seconds"]
+    return best["seconds_range"][1] < second["seconds_range"][0]
+
+
+def answer(rows: list[dict]) -> str:
+    """The fastest configuration here, by how much against the script's
+    default, and the measured reason."""
+    order = ranked(rows)
+    if not order:
+        return "No configuration trained the script: see each row's reason."
+    best = order[0]
+    default = next((r for r in rows if r["default"]), None)
+    steps = best["steps"]
+    head = (
+        f"Fastest here for {steps} steps: {_name(best)}, "
+        f"{best['seconds']:.2f} s"
+    )
+    if default is None or not default["ok"] or default.get("seconds") is None:
+        return head + " (the script's default did not train: see its row)."
+    if default is best or default["seconds"] <= best["seconds"]:
+        return (
+            f"The script's default ({_name(default)}) is the fastest here "
+            f"for {steps} steps: {default['seconds']:.2f} s."
+        )
+    ratio = default["seconds"] / best["seconds"]
+    text = (
+        f"{head}, {ratio:.2f}x faster than the script's default "
+        f"({_name(default)}, {default['seconds']:.2f} s). "
+    )
+    return text + _reason(best, default)
+
+
+def _name(r: dict) -> str:
+    """A row's configuration as it ran (the default's backend and XLA
+    setting as measured)."""
+    backend = BACKEND_NAMES.get(r.get("backend_seen") or "", "?")
+    return f"{backend} {'with' if r.get('xla') else 'without'} XLA"
+
+
+def _reason(best: dict, default: dict) -> str:
+    """Why the faster ran faster: its step time against the default's,
+    what held the default back, and the compiling."""
+    parts = []
+    fast, slow = best.get("step_ms"), default.get("step_ms")
+    if fast and slow and fast > slow:
+        return (
+            f"Its steps are slower ({fast:.2f} ms against {slow:.2f} ms), "
+            f"but it compiled for {best['compile_seconds']:.2f} s where the "
+            f"default compiled for {default['compile_seconds']:.2f} s: over "
+            f"{best['steps']} steps the default's steps never won back its "
+            "start."
+        )
+    codes = default.get("codes") or []
+    if "dispatch-bound-steps" in codes and default.get("dispatch_ms"):
+        parts.append(
+            f"{_name(default)} is dispatch-bound: launching a step takes "
+            f"{default['dispatch_ms']:.2f} ms of its {default['step_ms']:.2f}"
+            " ms"
+        )
+    elif "input-bound" in codes and default.get("input_ms"):
+        parts.append(
+            f"{_name(default)} waits {default['input_ms']:.2f} ms a step for "
+            "its input"
+        )
+    if fast and slow:
+        parts.append(
+            f"{_name(best)} runs a step in {best['step_ms']:.2f} ms against "
+            f"{default['step_ms']:.2f} ms"
+        )
+    if best.get("compile_seconds"):
+        parts.append(f"its compiling took {best['compile_seconds']:.2f} s")
+    return "; ".join(parts) + "." if parts else ""
+
+
+def table(rows: list[dict]) -> list[str]:
+    """The comparison as text lines: a row per configuration."""
+    head = (
+        f"{'configuration':<44} {'runs':>4} {'fits':>4} {'steps':>6} "
+        f"{'compiles':>8} {'compile s':>9} {'step ms (range)':>20} "
+        f"{'fit s':>8}  verdict"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        label = r["configuration"]
+        if r["default"] and r["ok"]:
+            label += f" ({_name(r)})"
+        if not r["ok"]:
+            lines.append(f"{label:<44} {r['runs']:>4}  cannot run: {r['why']}")
+            continue
+        step = "-"
+        if r.get("step_ms") is not None:
+            low, high = r["step_ms_range"]
+            step = f"{r['step_ms']:.2f} ({low:.2f}-{high:.2f})"
+        seconds = "-" if r["seconds"] is None else f"{r['seconds']:.2f}"
+        lines.append(
+            f"{label:<44} {r['runs']:>4} {r['fits']:>4} {r['steps']:>6} "
+            f"{r['compilations']:>8} {r['compile_seconds']:>9.2f} "
+            f"{step:>20} {seconds:>8}  {r['headline'] or ''}"
+        )
+    return lines
+
+
+def passed_options(given: dict, steps: int | None) -> list[str]:
+    """The tuner's flags (and `--steps`) as each run gets them."""
+    from keras_xla.run_command import flag
+
+    out = []
+    for name, value in given.items():
+        if name == "jit_compile":
+            continue  # the configuration's
+        if isinstance(value, bool):
+            out.append(flag(name) if value else "--no-" + flag(name)[2:])
+        else:
+            text = (
+                ",".join(map(str, value)) if isinstance(value, tuple) else value
+            )
+            out += [flag(name), str(text)]
+    if steps is not None:
+        out += ["--steps", str(steps)]
+    return out
+
+
+def main(args, given: dict, target: str, script_args: list) -> int:
+    """Runs the comparison; prints the table and the answer (or JSON);
+    returns 0, or 2 for a bad `--compare`."""
+    try:
+        axes = parse_axes(args.compare)
+    except ValueError as error:
+        print(f"keras-xla run: {error}", file=sys.stderr)
+        return USAGE_ERROR
+    configs = configurations(axes)
+    module = args.module is not None
+    passed = passed_options(given, args.steps)
+    jit = given.get("jit_compile")
+    jit = "none" if jit is None else str(jit).lower()
+    results: dict[Configuration, list[dict]] = {c: [] for c in configs}
+    rows: list[dict] = []
+    for round_ in range(MAX_ROUNDS):
+        order = configs if round_ % 2 == 0 else configs[::-1]
+        for config in order:
+            argv = command(
+                config, jit, passed, target, module, script_args,
+                args.log_dir, "{result}",
+            )  # fmt: skip
+            results[config].append(run_once(config, argv, environment(config)))
+            print(
+                f"keras-xla run: round {round_ + 1}: {config.label} done",
+                file=sys.stderr,
+            )
+        rows = [row(c, results[c]) for c in configs]
+        if settled(rows):
+            break
+    comparison = {
+        "script": target,
+        "args": list(script_args),
+        "axes": {k: list(v) for k, v in axes.items()},
+        "rows": rows,
+        "answer": answer(rows),
+    }
+    _write(args.log_dir, comparison)
+    if args.json:
+        print(json.dumps(comparison, indent=2))
+    else:
+        print("\n".join(table(rows)))
+        print()
+        print(comparison["answer"])
+    return 0
+
+
+def _write(log_dir: str, comparison: dict) -> None:
+    """The comparison beside its runs, for the XLA tab (a failure to
+    write it costs only the file)."""
+    from keras_xla.core import files
+
+    try:
+        os.makedirs(log_dir, exist_ok=True)
+        path = os.path.join(log_dir, COMPARE_FILENAME)
+        files.write_whole(path, json.dumps(comparison, indent=2))
+    except OSError as error:
+        print(
+            f"keras-xla run: {COMPARE_FILENAME} not written: {error}",
+            file=sys.stderr,
+        )

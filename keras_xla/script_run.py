@@ -1,0 +1,334 @@
+"""A training script run under the tuner, without an edit of it.
+
+`keras-xla run [options] script.py [args...]` (or `-m module`) runs the
+script as `python script.py args` would: as `__main__`, with its own
+`sys.argv` and its directory first on `sys.path`, in the working
+directory it was started in, and its exit code. Before it runs, keras_xla
+is imported (its compile ledger and flag checks are in force) and a hook
+waits for Keras: once Keras's `Model` class is loaded, its `fit` adds an
+`XLATuner` to every fit that has none (the tuner's arguments from the
+command's flags, its log dir `<log_dir>/<name>/fit-<n>`), and with
+`steps` a callback that ends the fit cleanly after that many train
+steps. Keras is never imported before the script does it, so the
+backend the script picks (`KERAS_BACKEND`) is the one it gets.
+
+After the script, `FitRun`s say what each fit's tuner found; the command
+prints their verdicts after the script's own output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.abc
+import importlib.machinery
+import inspect
+import os
+import runpy
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+MODEL_MODULE = "keras.src.models.model"
+
+
+@dataclasses.dataclass
+class FitRun:
+    """One `Model.fit` the script ran: its name (`fit-<n>`), its log
+    dir, and the tuner that watched it (the script's own, where it gave
+    one)."""
+
+    name: str
+    log_dir: str | None
+    tuner: Any
+    added: bool
+    # The fit's wall time, from its call to its return (None: it raised).
+    seconds: float | None = None
+
+    @property
+    def report(self) -> Any:
+        return self.tuner.report
+
+    def figures(self) -> dict:
+        """What a comparison reads of the fit: steps, compilations,
+        compile seconds, its steady step (the median of its epochs'
+        medians, the first epoch's left out where there are others) with
+        the range of those medians, its wall time, its verdict."""
+        report = self.report
+        epochs = [e for e in report.epochs if e.steps]
+        medians = [
+            e.step_time_ms.get("median")
+            for e in (epochs[1:] if len(epochs) > 1 else epochs)
+            if e.step_time_ms.get("median") is not None
+        ]
+        verdict = report.verdict
+        jit = report.jit
+        return {
+            "name": self.name,
+            "log_dir": self.log_dir,
+            "added": self.added,
+            "seconds": None if self.seconds is None else round(self.seconds, 3),
+            "steps": sum(e.steps for e in report.epochs),
+            "backend": report.environment.get("backend"),
+            "xla": bool(jit and jit.enabled),
+            "compilations": report.total_compilations,
+            "compile_seconds": round(report.total_compile_seconds, 3),
+            "step_ms": statistics.median(medians) if medians else None,
+            "step_ms_range": [min(medians), max(medians)] if medians else None,
+            "dispatch_ms": _epoch_median(epochs, "dispatch_median"),
+            "input_ms": _epoch_median(epochs, "input_median"),
+            "codes": report.finding_codes(),
+            "headline": verdict.headline if verdict else None,
+        }
+
+
+def _epoch_median(epochs: list, key: str) -> float | None:
+    found = [
+        e.step_time_ms.get(key)
+        for e in epochs
+        if e.step_time_ms.get(key) is not None
+    ]
+    return statistics.median(found) if found else None
+
+
+@dataclasses.dataclass
+class ScriptResult:
+    """What running the script gave: its exit code, its fits, and the
+    error it raised (None when it exited on its own)."""
+
+    code: int
+    fits: list
+    error: BaseException | None = None
+
+
+class StopAfterSteps:
+    """Keras callback factory: ends a fit cleanly (`stop_training`) once
+    it has trained `steps` train steps, counted from the batch-end hooks'
+    step indices (no read of the model's variables)."""
+
+    @staticmethod
+    def make(steps: int) -> Any:
+        import keras
+
+        class StopAfter(keras.callbacks.Callback):
+            def __init__(self) -> None:
+                super().__init__()
+                self.done = 0
+                self.epoch_steps = 0
+
+            def on_epoch_begin(self, epoch, logs=None):
+                self.done += self.epoch_steps
+                self.epoch_steps = 0
+
+            def on_train_batch_end(self, batch, logs=None):
+                self.epoch_steps = batch + 1
+                if self.done + self.epoch_steps >= steps:
+                    self.model.stop_training = True
+
+        return StopAfter()
+
+
+class Runner:
+    """Adds a tuner to each fit of Keras's models while it is installed.
+
+    Args:
+        log_dir: The reports' root: fit n of the script named `name`
+            writes under `<log_dir>/<name>/fit-<n>`; None for no files.
+        name: The script's (or module's) name.
+        arguments: The tuner's arguments (`XLATuner(**arguments)`).
+        steps: End each fit after this many train steps (None: as the
+            script says).
+    """
+
+    def __init__(
+        self,
+        log_dir: str | None,
+        name: str,
+        arguments: dict,
+        steps: int | None = None,
+    ) -> None:
+        self.log_dir = log_dir
+        self.name = name
+        self.arguments = dict(arguments)
+        self.steps = steps
+        self.fits: list[FitRun] = []
+        self._patched: list[tuple[Any, Any]] = []
+        self._finder: _KerasFinder | None = None
+
+    def install(self) -> None:
+        """Patches `Model.fit` now if Keras is loaded, else once it is."""
+        module = sys.modules.get(MODEL_MODULE)
+        if module is not None:
+            self._patch(module.Model)
+            return
+        self._finder = _KerasFinder(self._patch)
+        sys.meta_path.insert(0, self._finder)
+
+    def uninstall(self) -> None:
+        """Puts `Model.fit` back and removes the import hook."""
+        if self._finder is not None and self._finder in sys.meta_path:
+            sys.meta_path.remove(self._finder)
+        for cls, original in reversed(self._patched):
+            if original is None:
+                del cls.fit
+            else:
+                cls.fit = original
+        self._patched.clear()
+
+    def _patch(self, model_class: Any) -> None:
+        original = model_class.__dict__.get("fit")
+        fit = model_class.fit
+        signature = inspect.signature(fit)
+        runner = self
+
+        def fit_under_tuner(model, *args, **kwargs):
+            bound = signature.bind(model, *args, **kwargs)
+            callbacks = list(bound.arguments.get("callbacks") or [])
+            bound.arguments["callbacks"] = runner._callbacks(callbacks)
+            start = time.perf_counter()
+            history = fit(*bound.args, **bound.kwargs)
+            runner.fits[-1].seconds = time.perf_counter() - start
+            return history
+
+        fit_under_tuner.__wrapped__ = fit
+        fit_under_tuner.__doc__ = fit.__doc__
+        model_class.fit = fit_under_tuner
+        self._patched.append((model_class, original))
+
+    def _callbacks(self, callbacks: list) -> list:
+        from keras_xla.tuner import XLATuner
+
+        name = f"fit-{len(self.fits) + 1}"
+        mine = [c for c in callbacks if isinstance(c, XLATuner)]
+        if mine:
+            tuner = mine[0]
+            log_dir = tuner.settings.log_dir
+            self.fits.append(FitRun(name, log_dir, tuner, added=False))
+        else:
+            log_dir = (
+                os.path.join(self.log_dir, self.name, name)
+                if self.log_dir
+                else None
+            )
+            tuner = XLATuner(**{**self.arguments, "log_dir": log_dir})
+            self.fits.append(FitRun(name, log_dir, tuner, added=True))
+            callbacks = [*callbacks, tuner]
+        if self.steps is not None:
+            callbacks = [*callbacks, StopAfterSteps.make(self.steps)]
+        return callbacks
+
+
+class _KerasFinder(importlib.abc.MetaPathFinder):
+    """Calls `loaded(Model)` once Keras's model module has run."""
+
+    def __init__(self, loaded) -> None:
+        self.loaded = loaded
+
+    def find_spec(self, name, path, target=None):
+        if name != MODEL_MODULE:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return None
+        execute = spec.loader.exec_module
+        loaded = self.loaded
+
+        def exec_module(module):
+            execute(module)
+            loaded(module.Model)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def run(
+    target: str,
+    args: Sequence[str],
+    runner: Runner,
+    module: bool = False,
+) -> ScriptResult:
+    """Runs the script at `target` (a module's name with `module`) as
+    `__main__` with `args` as its arguments, `runner` installed; returns
+    its exit code and fits. Its error's traceback is printed as Python
+    prints it, from the script's first frame."""
+    argv, path0 = sys.argv[:], sys.path[0] if sys.path else None
+    if module:
+        sys.argv = [target, *args]
+    else:
+        sys.argv = [target, *args]
+        sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+    runner.install()
+    code, error = 0, None
+    try:
+        if module:
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(target, run_name="__main__")
+    except SystemExit as exit_:
+        code = exit_code(exit_.code)
+    except BaseException as raised:  # noqa: BLE001 - the script's own
+        code, error = 1, raised
+        print_script_error(raised, target, module)
+    finally:
+        runner.uninstall()
+        sys.argv = argv
+        if not module and sys.path and path0 is not None:
+            if sys.path[0] != path0:
+                sys.path.pop(0)
+    return ScriptResult(code, runner.fits, error)
+
+
+def describe(fit: FitRun) -> str:
+    """One line for a fit: its name, where its reports are, its
+    verdict."""
+    where = f" ({fit.log_dir})" if fit.log_dir else ""
+    own = "" if fit.added else ", the script's own tuner"
+    report = fit.report
+    verdict = report.verdict.headline if report.verdict else None
+    if not report.epochs:
+        verdict = "it trained no epoch the tuner saw"
+    return f"{fit.name}{where}{own}: {verdict or 'no verdict'}"
+
+
+def result_dict(result: ScriptResult) -> dict:
+    """The run as JSON: its exit code, its error's last line, its fits'
+    figures."""
+    error = None
+    if result.error is not None:
+        error = f"{type(result.error).__name__}: {result.error}"
+    return {
+        "code": result.code,
+        "error": error,
+        "fits": [fit.figures() for fit in result.fits],
+    }
+
+
+def exit_code(code: Any) -> int:
+    """The process exit status `sys.exit(code)` gives: None 0, an int
+    itself, anything else printed to stderr and 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def print_script_error(error: BaseException, target: str, module: bool):
+    """The traceback Python prints for `error`, without the frames above
+    the script's (this module's, runpy's)."""
+    tb = error.__traceback__
+    here = os.path.abspath(__file__)
+    while tb is not None and _outer(tb.tb_frame.f_code.co_filename, here):
+        tb = tb.tb_next
+    traceback.print_exception(type(error), error, tb, file=sys.stderr)
+
+
+def _outer(filename: str, here: str) -> bool:
+    """Whether a frame belongs to the run machinery, not the script."""
+    return os.path.abspath(filename) == here or os.path.basename(filename) in (
+        "runpy.py",
+        "<frozen runpy>",
+    )

@@ -1,0 +1,3 @@
+"""A script that trains nothing."""
+
+print("nothing to train")

@@ -1,0 +1,277 @@
+"""`keras-xla run`: a script under the tuner without an edit, and the
+comparison of backends and XLA settings."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from keras_xla import cli, run_command, run_compare
+from keras_xla.core.report import XLAReport
+
+SCRIPTS = os.path.join(os.path.dirname(__file__), "scripts")
+
+
+def script(name):
+    return os.path.join(SCRIPTS, name)
+
+
+def keras_xla_run(*args, cwd=None, env=None):
+    """`python -m keras_xla run ARGS` in a fresh process."""
+    return subprocess.run(
+        [sys.executable, "-m", "keras_xla", "run", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=600,
+    )
+
+
+def same_figures(report):
+    """What must not depend on who added the tuner."""
+    return {
+        "compilations": report.total_compilations,
+        "steps": [e.steps for e in report.epochs],
+        "recompilations": [
+            (r.input, r.dim, r.before, r.after, r.cause)
+            for r in report.recompilations
+        ],
+        "jit": (report.jit.requested, report.jit.enabled),
+        "shapes": [c.shapes for c in report.compile_log],
+    }
+
+
+def test_a_script_runs_as_python_would_with_the_report_of_a_hand_edit(
+    tmp_path,
+):
+    # The script as Python runs it: its argv, its exit code; Keras is
+    # loaded by the script itself (the hook patched fit then).
+    done = keras_xla_run(
+        "--log-dir", str(tmp_path / "logs"), "--verbose", "0",
+        script("fit_numpy.py"), "2", "--exit", "3",
+        cwd=str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr[-2000:]
+    printed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert printed["argv"] == [script("fit_numpy.py"), "2", "--exit", "3"]
+    assert printed["steps"] == 14  # 7 batches, 2 epochs: every step
+    where = tmp_path / "logs" / "fit_numpy" / "fit-1"
+    assert f"keras-xla run: fit-1 ({where}): " in done.stderr
+    ran = XLAReport.load(str(where))
+    # The same script edited by hand: its own XLATuner.
+    hand = tmp_path / "hand"
+    subprocess.run(
+        [sys.executable, script("fit_numpy.py"), "2", "--hand", str(hand)],
+        check=True,
+        capture_output=True,
+    )
+    edited = XLAReport.load(str(hand))
+    assert same_figures(ran) == same_figures(edited)
+    assert ran.total_compilations == 2  # the full batches and the last 4
+    assert ran.verdict.headline and edited.verdict.headline
+
+
+def test_steps_end_each_fit_and_the_verdicts_follow_the_output(
+    tmp_path, capsys
+):
+    code = cli.main(
+        [
+            "run", "--log-dir", str(tmp_path), "--steps", "5",
+            "--verbose", "0", "--no-baseline",
+            script("fit_twice_tfdata.py"),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    captured = capsys.readouterr()
+    # Each fit stopped cleanly after 5 of its 16 steps.
+    assert "steps 10" in captured.out
+    for n in (1, 2):
+        report = XLAReport.load(str(tmp_path / "fit_twice_tfdata" / f"fit-{n}"))
+        assert sum(e.steps for e in report.epochs) == 5
+        assert report.baseline is None or report.baseline.steps == 0
+        assert f"keras-xla run: fit-{n} (" in captured.err
+    # Keras's Model.fit is the plain one again.
+    import keras
+
+    assert keras.Model.fit.__name__ == "fit"
+
+
+def test_a_script_that_raises_prints_its_own_traceback(tmp_path):
+    done = keras_xla_run(
+        "--log-dir", str(tmp_path), "--verbose", "0", script("raises.py")
+    )
+    assert done.returncode == 1
+    err = done.stderr
+    tail = err[err.index("Traceback (most recent call last):") :]
+    # Python's traceback, from the script's frame: no frame of keras_xla
+    # or runpy above it.
+    first_frame = tail.splitlines()[1]
+    assert first_frame.strip().startswith(f'File "{script("raises.py")}"')
+    assert "runpy" not in tail and "script_run.py" not in tail
+    assert "RuntimeError: the script's own error" in tail
+    # The fit that ran before the error has its report and its line.
+    assert XLAReport.load(str(tmp_path / "raises" / "fit-1")).epochs
+    assert "keras-xla run: fit-1 (" in err
+
+
+def test_bad_input_gets_one_line_and_no_traceback(tmp_path, capsys):
+    cases = [
+        (["run", str(tmp_path / "missing.py")], "no such script"),
+        (["run"], "no script"),
+        (
+            ["run", "--jit-compile", "maybe", script("no_fit.py")],
+            "--jit-compile: Unsupported value `XLATuner(jit_compile='maybe')`",
+        ),
+        (
+            ["run", "--compare", "backend=torch", script("no_fit.py")],
+            "--compare backend=torch: backend takes tensorflow, jax",
+        ),
+        (["run", "--steps", "0", script("no_fit.py")], "--steps 0"),
+    ]
+    for argv, line in cases:
+        assert cli.main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert line in err and "Traceback" not in err, (argv, err)
+    # A script without fit: its output, then the line, and its exit code.
+    assert (
+        cli.main(["run", "--log-dir", str(tmp_path), script("no_fit.py")]) == 0
+    )
+    captured = capsys.readouterr()
+    assert captured.out == "nothing to train\n"
+    assert "no fit() ran in" in captured.err
+
+
+def test_the_tuners_flags_come_from_its_signature():
+    parser = run_command.build_parser()
+    options = {o for a in parser._actions for o in a.option_strings}
+    for name in run_command.tuner_parameters():
+        assert run_command.flag(name) in options
+    # True/False arguments get --x and --no-x; the others a value.
+    assert {"--baseline", "--no-baseline", "--jit-compile"} <= options
+    assert "--no-jit-compile" not in options
+    helps = run_command.tuner_help()
+    assert helps["max_recompilations"].startswith("The recompilation guard")
+    ours, theirs = run_command.split(
+        ["--jit-compile", "auto", "--no-baseline", "s.py", "--steps", "3"]
+    )
+    # The script's own flags stay the script's.
+    assert ours == ["--jit-compile", "auto", "--no-baseline"]
+    assert theirs == ["s.py", "--steps", "3"]
+    args = parser.parse_args(ours)
+    assert run_command.tuner_arguments(args) == {
+        "jit_compile": "auto",
+        "baseline": False,
+    }
+    assert [run_command.value(v) for v in ("none", "off", "8", "1,5")] == [
+        None,
+        False,
+        8,
+        (1, 5),
+    ]
+
+
+def row(config, seconds, steps=32, step_ms=1.0, **more):
+    return {
+        "configuration": config.label,
+        "default": config.default,
+        "ok": True,
+        "runs": 1,
+        "seconds": seconds,
+        "seconds_range": [seconds, seconds],
+        "steps": steps,
+        "step_ms": step_ms,
+        "compile_seconds": more.pop("compile_seconds", 0.0),
+        "backend_seen": config.backend or "tensorflow",
+        "xla": config.jit != "off",
+        "codes": more.pop("codes", []),
+        "dispatch_ms": more.pop("dispatch_ms", None),
+        "input_ms": None,
+        **more,
+    }
+
+
+def test_the_answer_names_the_fastest_and_why():
+    default = run_compare.Configuration()
+    jax_on = run_compare.Configuration("jax", "on")
+    tf_off = run_compare.Configuration("tensorflow", "off")
+    rows = [
+        row(default, 3.0, step_ms=0.9, codes=["dispatch-bound-steps"],
+            dispatch_ms=0.8, xla=False),
+        row(jax_on, 1.0, step_ms=0.3, compile_seconds=0.2),
+        row(tf_off, 2.0, step_ms=0.9),
+    ]  # fmt: skip
+    rows[0]["xla"] = False
+    text = run_compare.answer(rows)
+    assert text.startswith(
+        "Fastest here for 32 steps: JAX with XLA, 1.00 s, 3.00x faster than "
+        "the script's default (TensorFlow without XLA, 3.00 s)."
+    )
+    assert "dispatch-bound: launching a step takes 0.80 ms of its 0.90" in text
+    assert "runs a step in 0.30 ms against 0.90 ms" in text
+    # One round settles a clear lead; a close one asks for another.
+    assert run_compare.settled(rows)
+    rows[2]["seconds"] = 1.05
+    assert not run_compare.settled(rows)
+    # After two rounds, ranges that do not overlap settle it.
+    rows[1].update(runs=2, seconds_range=[0.9, 1.0])
+    rows[2].update(runs=2, seconds_range=[1.01, 1.1])
+    assert run_compare.settled(rows)
+    assert run_compare.configurations(
+        run_compare.parse_axes(["backend=tensorflow,jax", "jit=on,off"])
+    ) == [
+        default,
+        run_compare.Configuration("tensorflow", "on"),
+        tf_off,
+        jax_on,
+        run_compare.Configuration("jax", "off"),
+    ]
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_compare_makes_a_row_per_configuration_and_says_why_one_cannot(
+    tmp_path, capsys
+):
+    pytest.importorskip("jax")
+    code = cli.main(
+        [
+            "run", "--log-dir", str(tmp_path), "--steps", "24",
+            "--verbose", "0", "--json",
+            "--compare", "backend=tensorflow,jax", "jit=on",
+            script("tf_train_step.py"),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    comparison = json.loads(capsys.readouterr().out)
+    rows = {r["configuration"]: r for r in comparison["rows"]}
+    assert list(rows) == [
+        "the script's default",
+        "TensorFlow with XLA",
+        "JAX with XLA",
+    ]
+    jax_row = rows["JAX with XLA"]
+    # Its tf.GradientTape train step cannot run on JAX: the row says why.
+    assert not jax_row["ok"] and "train_step" in jax_row["why"]
+    for name in ("the script's default", "TensorFlow with XLA"):
+        assert rows[name]["ok"] and rows[name]["steps"] == 24
+        assert rows[name]["backend_seen"] == "tensorflow"
+    assert rows["TensorFlow with XLA"]["xla"] is True
+    # The answer names the configuration that was fastest in the table.
+    fastest = min(
+        (r for r in rows.values() if r["ok"]), key=lambda r: r["seconds"]
+    )
+    answer = comparison["answer"]
+    if fastest["default"]:
+        assert answer.startswith("The script's default (TensorFlow")
+    else:
+        assert answer.startswith(
+            f"Fastest here for 24 steps: TensorFlow with XLA, "
+            f"{fastest['seconds']:.2f} s"
+        )
+    # Each configuration's runs are TensorBoard runs under the log dir,
+    # beside the comparison.
+    saved = json.loads((tmp_path / "xla_compare.json").read_text())
+    assert saved["answer"] == answer
+    assert (tmp_path / "backend-tensorflow-jit-on" / "tf_train_step").is_dir()
