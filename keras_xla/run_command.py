@@ -114,6 +114,14 @@ def build_parser() -> argparse.ArgumentParser:
         "backend=tensorflow,jax and jit=on,off (each in its own process)",
     )
     parser.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="with --compare: rounds at least (each runs every "
+        "configuration once, alternate rounds in reverse order; more run "
+        "while the lead is unclear, up to 3) (default: 2)",
+    )
+    parser.add_argument(
         "--json", action="store_true", help="with --compare: print JSON"
     )
     parser.add_argument("--result", help=argparse.SUPPRESS)
@@ -217,6 +225,9 @@ def main(argv: Sequence[str]) -> int:
     problem = check_tuner_arguments(given)
     if problem:
         _tell(problem)
+        return USAGE_ERROR
+    if not 1 <= args.rounds <= 3:
+        _tell(f"--rounds {args.rounds}: pass 1, 2 or 3.")
         return USAGE_ERROR
     if args.steps is not None and args.steps < 1:
         _tell(f"--steps {args.steps}: pass a number of train steps >= 1.")

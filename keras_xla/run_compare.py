@@ -4,12 +4,15 @@ script fastest here.
 `--compare backend=tensorflow,jax jit=on,off` runs the script once per
 configuration (every combination of the axes' values), each in its own
 `keras-xla run` process (`KERAS_BACKEND` set before Keras is imported,
-`--jit-compile` for the tuner), plus the script's own default (no
-override) to measure against. A round runs every configuration once,
-alternate rounds in reverse order so that none always goes first; a
-second (and third) round runs while the fastest two configurations'
-times are within `CLEAR_MARGIN` of each other (one round) or their
-rounds' ranges overlap. Each configuration's figures are the medians of
+`--jit-compile` for the tuner, `--no-baseline` unless given: the no-XLA
+configurations are runs of their own), plus the script's own default
+(no override) to measure against. A round runs every configuration once,
+alternate rounds in reverse order so that none always goes first (the
+first process of a comparison starts cold); `--rounds` rounds (2 by
+default: each configuration once early, once late), and another, up to
+`MAX_ROUNDS`, while the fastest two configurations' times are within
+`CLEAR_MARGIN` of each other (one round) or their rounds' ranges
+overlap. Each configuration's figures are the medians of
 its rounds. The table (`rows`), the answer (`answer`) and the JSON
 (`xla_compare.json` in the log dir, `--json`) say which configuration
 trained the script's steps fastest, by how much against its default,
@@ -186,7 +189,7 @@ def row(config: Configuration, results: list[dict]) -> dict:
         "backend": config.backend,
         "jit": config.jit,
         "default": config.default,
-        "runs": len(results),
+        "rounds": len(results),
         "ok": bool(trained),
         "why": None,
     }
@@ -221,6 +224,7 @@ def _summary(fits: list[dict]) -> dict:
         "compile_seconds": round(sum(f["compile_seconds"] for f in fits), 3),
         "step_ms": longest["step_ms"],
         "step_ms_range": longest["step_ms_range"],
+        "log_dirs": [f["log_dir"] for f in fits],
         "dispatch_ms": longest["dispatch_ms"],
         "input_ms": longest["input_ms"],
         "backend_seen": longest["backend"],
@@ -244,7 +248,7 @@ def settled(rows: list[dict]) -> bool:
     if len(order) < 2:
         return True
     best, second = order[0], order[1]
-    if best["runs"] == 1:
+    if best["rounds"] == 1:
         return best["seconds"] * (1 + CLEAR_MARGIN) < second["seconds"]
     return best["seconds_range"][1] < second["seconds_range"][0]
 
@@ -322,7 +326,7 @@ def _reason(best: dict, default: dict) -> str:
 def table(rows: list[dict]) -> list[str]:
     """The comparison as text lines: a row per configuration."""
     head = (
-        f"{'configuration':<44} {'runs':>4} {'fits':>4} {'steps':>6} "
+        f"{'configuration':<44} {'rounds':>6} {'fits':>4} {'steps':>6} "
         f"{'compiles':>8} {'compile s':>9} {'step ms (range)':>20} "
         f"{'fit s':>8}  verdict"
     )
@@ -332,7 +336,9 @@ def table(rows: list[dict]) -> list[str]:
         if r["default"] and r["ok"]:
             label += f" ({_name(r)})"
         if not r["ok"]:
-            lines.append(f"{label:<44} {r['runs']:>4}  cannot run: {r['why']}")
+            lines.append(
+                f"{label:<44} {r['rounds']:>6}  cannot run: {r['why']}"
+            )
             continue
         step = "-"
         if r.get("step_ms") is not None:
@@ -340,7 +346,7 @@ def table(rows: list[dict]) -> list[str]:
             step = f"{r['step_ms']:.2f} ({low:.2f}-{high:.2f})"
         seconds = "-" if r["seconds"] is None else f"{r['seconds']:.2f}"
         lines.append(
-            f"{label:<44} {r['runs']:>4} {r['fits']:>4} {r['steps']:>6} "
+            f"{label:<44} {r['rounds']:>6} {r['fits']:>4} {r['steps']:>6} "
             f"{r['compilations']:>8} {r['compile_seconds']:>9.2f} "
             f"{step:>20} {seconds:>8}  {r['headline'] or ''}"
         )
@@ -377,6 +383,10 @@ def main(args, given: dict, target: str, script_args: list) -> int:
         return USAGE_ERROR
     configs = configurations(axes)
     module = args.module is not None
+    # Each configuration is measured whole: the tuner's own no-XLA
+    # baseline windows would only slow the XLA runs down (the no-XLA
+    # configurations are runs of their own), unless asked for.
+    given = {"baseline": False, **given}
     passed = passed_options(given, args.steps)
     jit = given.get("jit_compile")
     jit = "none" if jit is None else str(jit).lower()
@@ -395,8 +405,15 @@ def main(args, given: dict, target: str, script_args: list) -> int:
                 file=sys.stderr,
             )
         rows = [row(c, results[c]) for c in configs]
-        if settled(rows):
+        if round_ + 1 >= args.rounds and settled(rows):
             break
+    for r in rows:
+        # Each fit's TensorBoard run, as named under the log dir.
+        r["runs"] = [
+            os.path.join(os.path.relpath(d, args.log_dir), "train")
+            for d in r.pop("log_dirs", None) or []
+            if d
+        ]
     comparison = {
         "script": target,
         "args": list(script_args),
@@ -415,16 +432,28 @@ def main(args, given: dict, target: str, script_args: list) -> int:
 
 
 def _write(log_dir: str, comparison: dict) -> None:
-    """The comparison beside its runs, for the XLA tab (a failure to
-    write it costs only the file)."""
+    """The comparison beside its runs: `xla_compare.json`, and for the
+    XLA tab its own TensorBoard run (`comparison`, tag `xla/compare`). A
+    failure to write costs only the file."""
     from keras_xla.core import files
+    from keras_xla.core.summaries import COMPARE_TAG, COMPARISON_RUN
+    from keras_xla.jax_backend.summaries import JaxSummaryWriter
 
+    text = json.dumps(comparison, indent=2)
     try:
         os.makedirs(log_dir, exist_ok=True)
-        path = os.path.join(log_dir, COMPARE_FILENAME)
-        files.write_whole(path, json.dumps(comparison, indent=2))
+        files.write_whole(os.path.join(log_dir, COMPARE_FILENAME), text)
+
+        class ComparisonWriter(JaxSummaryWriter):
+            @property
+            def run_dir(self) -> str:
+                return os.path.join(self.log_dir, COMPARISON_RUN)
+
+        writer = ComparisonWriter(log_dir)
+        writer.write_report(0, text, COMPARE_TAG)
+        writer.close()
     except OSError as error:
         print(
-            f"keras-xla run: {COMPARE_FILENAME} not written: {error}",
+            f"keras-xla run: the comparison was not written: {error}",
             file=sys.stderr,
         )

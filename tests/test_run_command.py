@@ -178,7 +178,7 @@ def row(config, seconds, steps=32, step_ms=1.0, **more):
         "configuration": config.label,
         "default": config.default,
         "ok": True,
-        "runs": 1,
+        "rounds": 1,
         "seconds": seconds,
         "seconds_range": [seconds, seconds],
         "steps": steps,
@@ -216,8 +216,8 @@ def test_the_answer_names_the_fastest_and_why():
     rows[2]["seconds"] = 1.05
     assert not run_compare.settled(rows)
     # After two rounds, ranges that do not overlap settle it.
-    rows[1].update(runs=2, seconds_range=[0.9, 1.0])
-    rows[2].update(runs=2, seconds_range=[1.01, 1.1])
+    rows[1].update(rounds=2, seconds_range=[0.9, 1.0])
+    rows[2].update(rounds=2, seconds_range=[1.01, 1.1])
     assert run_compare.settled(rows)
     assert run_compare.configurations(
         run_compare.parse_axes(["backend=tensorflow,jax", "jit=on,off"])
@@ -238,7 +238,7 @@ def test_compare_makes_a_row_per_configuration_and_says_why_one_cannot(
     code = cli.main(
         [
             "run", "--log-dir", str(tmp_path), "--steps", "24",
-            "--verbose", "0", "--json",
+            "--verbose", "0", "--json", "--rounds", "1",
             "--compare", "backend=tensorflow,jax", "jit=on",
             script("tf_train_step.py"),
         ]

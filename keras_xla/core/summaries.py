@@ -38,6 +38,10 @@ STEP_TIME_TAG = "xla/step_time_ms"
 REPORT_TAG = "xla/report"
 # The job's report (`core.job`), in the chief's run, at its last epoch.
 JOB_TAG = "xla/job"
+# `keras-xla run --compare`'s table and answer, in its own run
+# (`<log-dir>/comparison`), once.
+COMPARE_TAG = "xla/compare"
+COMPARISON_RUN = "comparison"
 PLUGIN_NAME = "xla"
 REPORT_CONTENT = b"keras_xla.report/1"
 TRAIN_RUN = "train"

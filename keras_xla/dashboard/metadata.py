@@ -10,6 +10,7 @@ from __future__ import annotations
 
 # The names are the writer's (`core.summaries`); the tab reads them.
 from keras_xla.core.summaries import (
+    COMPARE_TAG,
     JOB_TAG,
     PLUGIN_NAME,
     REPORT_TAG,
@@ -22,6 +23,7 @@ __all__ = [
     "PLUGIN_NAME",
     "REPORT_TAG",
     "JOB_TAG",
+    "COMPARE_TAG",
     "STEP_TIME_TAG",
     "CONTENT",
     "TAB_NAME",

@@ -5,8 +5,10 @@ A small WSGI app under `/data/plugin/xla/`. Each route reads TensorBoard's
 data provider (the report tensors written with this plugin's name, and
 the `xla/step_time_ms` scalars beside them) and answers JSON:
 
-- `runs`: `{"runs": [{run, headline, xla_enabled, ...}], "empty": ...}`,
-  `empty` saying how to add the tuner when no run holds its report;
+- `runs`: `{"runs": [{run, headline, xla_enabled, ...}], "comparisons":
+  [...], "empty": ...}`, `comparisons` the results of `keras-xla run
+  --compare` (`views.comparison_entry`), `empty` saying how to add the
+  tuner when no run holds its report;
 - `report?run=R`: the run's view (`views.run_view`);
 - `compare?a=R1&b=R2`: two runs side by side (`views.comparison_view`).
 
@@ -139,10 +141,17 @@ class XLAPlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def _serve_runs(self, request):
         reports = self._reports(request)
+        comparisons = [
+            views.comparison_entry(run, text)
+            for run, text in sorted(
+                self._latest(request, metadata.COMPARE_TAG).items()
+            )
+        ]
         body = {
             "runs": [
                 views.run_entry(run, reports[run]) for run in sorted(reports)
             ],
+            "comparisons": [c for c in comparisons if c is not None],
             "empty": None if reports else views.ADD_THE_TUNER,
         }
         return _json(request, body)

@@ -9,6 +9,7 @@ the same rows `keras-xla report A B` prints.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -16,6 +17,7 @@ from keras_xla.core import compare, figures, reading, spikes
 from keras_xla.core import findings as codes
 from keras_xla.core.report import XLAReport
 from keras_xla.core.signatures import FINDING_CODES
+from keras_xla.core.summaries import COMPARISON_RUN
 
 FIRST_COMPILE = "first compile"
 # What the page shows when no run holds the tuner's report.
@@ -348,4 +350,34 @@ def job_view(job: dict, run: str) -> dict:
         "workers": rows,
         "missing": list(job.get("missing") or []),
         "findings": list(job.get("findings") or []),
+    }
+
+
+def comparison_entry(run: str, text: str) -> dict | None:
+    """`keras-xla run --compare`'s result, written in run `run`, for the
+    tab: its answer and a row per configuration, each naming its runs as
+    TensorBoard lists them (beside the comparison's run); None if it
+    cannot be read."""
+    try:
+        comparison = json.loads(text)
+        rows = comparison["rows"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    prefix = run[: -len(COMPARISON_RUN)] if run.endswith(COMPARISON_RUN) else ""
+    keep = (
+        "configuration", "ok", "why", "steps", "compilations",
+        "compile_seconds", "step_ms", "seconds", "headline", "default",
+    )  # fmt: skip
+    return {
+        "run": run,
+        "script": comparison.get("script"),
+        "answer": comparison.get("answer"),
+        "rows": [
+            {
+                **{k: r.get(k) for k in keep},
+                "runs": [prefix + name for name in r.get("runs") or []],
+            }
+            for r in rows
+            if isinstance(r, dict)
+        ],
     }

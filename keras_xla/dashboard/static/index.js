@@ -600,6 +600,35 @@ function compareCard(result) {
   return card;
 }
 
+function comparisonCard(c, choose) {
+  // keras-xla run --compare: which backend and XLA setting trained the
+  // script fastest here; each row opens its configuration's run.
+  const card = el("section", { class: "card", id: "comparison" });
+  card.append(el("h2", { text: `Backends and XLA settings: ${c.script}` }));
+  card.append(el("p", { class: "prose answer", text: c.answer }));
+  const rows = c.rows.map((r) => {
+    const tr = el("tr", { class: r.runs.length ? "run-row" : null },
+      el("td", { class: "nowrap", text: r.configuration }),
+      ...(r.ok ? [
+        el("td", { class: "num", text: String(r.steps) }),
+        el("td", { class: "num", text: String(r.compilations) }),
+        el("td", { class: "num", text: num(r.compile_seconds) }),
+        el("td", { class: "num", text: num(r.step_ms) }),
+        el("td", { class: "num", text: num(r.seconds) }),
+        el("td", { class: "prose", text: r.headline ?? "" }),
+      ] : [
+        el("td", { class: "prose finding warning", colspan: "6",
+          text: `cannot run: ${r.why}` }),
+      ]));
+    if (r.runs.length) tr.addEventListener("click", () => choose(r.runs[0]));
+    return tr;
+  });
+  card.append(table([["configuration", "nowrap"], ["steps", "num"],
+    ["compiles", "num"], ["compile s", "num"], ["step ms", "num"],
+    ["fit s", "num"], ["verdict", "prose"]], rows));
+  return card;
+}
+
 function runsCard(runs, state, choose) {
   const card = el("section", { class: "card", id: "runs" });
   card.append(el("h2", { text: "Runs" }));
@@ -652,9 +681,11 @@ export async function render() {
   const params = new URLSearchParams(window.location.search);
   const state = { run: params.get("run"), compare: params.get("compare") };
   let runs;
+  let comparisons = [];
   try {
     const listing = await getJSON("runs");
     runs = listing.runs;
+    comparisons = listing.comparisons ?? [];
     if (!runs.length) {
       emptyPage(root, listing.empty);
       return;
@@ -679,8 +710,12 @@ export async function render() {
       picker("Compare with", "compare-with", runs, state.compare,
         "(none)", (e) => { state.compare = e.target.value; refresh(); }),
     );
+    const choose = (run) => {
+      if (runs.some((r) => r.run === run)) { state.run = run; refresh(); }
+    };
     const parts = [
       bar,
+      ...comparisons.map((c) => comparisonCard(c, choose)),
       runs.length > 1 ? runsCard(runs, state, (run) => {
         state.run = run; refresh();
       }) : null,
