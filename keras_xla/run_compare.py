@@ -181,8 +181,9 @@ def _why(lines: list[str]) -> str | None:
 
 
 def row(config: Configuration, results: list[dict]) -> dict:
-    """A configuration's row from its rounds' results: medians over the
-    rounds that trained; the reason where none did."""
+    """A configuration's row from its rounds' results: fit seconds and
+    step time are medians over the rounds that trained (the step's range
+    and the rest are the last round's); the reason where none did."""
     trained = [r for r in results if r["code"] == 0 and r["fits"]]
     out: dict[str, Any] = {
         "configuration": config.label,
@@ -206,6 +207,8 @@ def row(config: Configuration, results: list[dict]) -> dict:
     summaries = [_summary(r["fits"]) for r in trained]
     seconds = [s["seconds"] for s in summaries if s["seconds"] is not None]
     out.update(summaries[-1])
+    steps_ms = [s["step_ms"] for s in summaries if s["step_ms"] is not None]
+    out["step_ms"] = statistics.median(steps_ms) if steps_ms else None
     out["seconds"] = statistics.median(seconds) if seconds else None
     out["seconds_range"] = [min(seconds), max(seconds)] if seconds else None
     return out

@@ -275,3 +275,28 @@ def test_compare_makes_a_row_per_configuration_and_says_why_one_cannot(
     saved = json.loads((tmp_path / "xla_compare.json").read_text())
     assert saved["answer"] == answer
     assert (tmp_path / "backend-tensorflow-jit-on" / "tf_train_step").is_dir()
+
+
+def test_the_tab_shows_a_comparison_with_each_rows_run():
+    from keras_xla.dashboard import views
+
+    comparison = {
+        "script": "train.py",
+        "answer": "Fastest here for 32 steps: JAX with XLA, 1.00 s, ...",
+        "rows": [
+            {"configuration": "the script's default", "ok": True,
+             "runs": ["default/train/fit-1/train"], "seconds": 3.0},
+            {"configuration": "JAX with XLA", "ok": False,
+             "why": "TypeError: train_step() takes 2 positional arguments",
+             "runs": []},
+        ],
+    }  # fmt: skip
+    entry = views.comparison_entry("sweep/comparison", json.dumps(comparison))
+    assert entry["answer"] == comparison["answer"]
+    # Each row's runs as TensorBoard names them, beside the comparison's.
+    assert [r["runs"] for r in entry["rows"]] == [
+        ["sweep/default/train/fit-1/train"],
+        [],
+    ]
+    assert entry["rows"][1]["why"].startswith("TypeError")
+    assert views.comparison_entry("comparison", "{not json") is None

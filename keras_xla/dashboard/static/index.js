@@ -600,6 +600,8 @@ function compareCard(result) {
   return card;
 }
 
+const BACKENDS = { tensorflow: "TensorFlow", jax: "JAX" };
+
 function comparisonCard(c, choose) {
   // keras-xla run --compare: which backend and XLA setting trained the
   // script fastest here; each row opens its configuration's run.
@@ -607,8 +609,11 @@ function comparisonCard(c, choose) {
   card.append(el("h2", { text: `Backends and XLA settings: ${c.script}` }));
   card.append(el("p", { class: "prose answer", text: c.answer }));
   const rows = c.rows.map((r) => {
+    const measured = r.default && r.ok
+      ? ` (${BACKENDS[r.backend_seen] ?? r.backend_seen} ` +
+        `${r.xla ? "with" : "without"} XLA)` : "";
     const tr = el("tr", { class: r.runs.length ? "run-row" : null },
-      el("td", { class: "nowrap", text: r.configuration }),
+      el("td", { class: "nowrap", text: r.configuration + measured }),
       ...(r.ok ? [
         el("td", { class: "num", text: String(r.steps) }),
         el("td", { class: "num", text: String(r.compilations) }),
