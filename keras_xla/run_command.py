@@ -17,6 +17,7 @@ log dir and its verdict. Bad input gets one line naming it, exit 2.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import inspect
 import json
 import os
@@ -29,6 +30,9 @@ USAGE_ERROR = 2
 DEFAULT_LOG_DIR = "logs"
 # XLATuner arguments that are the command's own business.
 OWN = ("log_dir",)
+# Keras's backends and the package each needs.
+BACKEND_PACKAGES = {"tensorflow": "tensorflow", "jax": "jax"}
+BACKEND_PACKAGES |= {"torch": "torch", "numpy": "numpy"}
 # Words for None, True and False in a flag's value.
 WORDS = {"none": None, "true": True, "on": True, "false": False}
 WORDS["off"] = False
@@ -231,6 +235,14 @@ def main(argv: Sequence[str]) -> int:
         return USAGE_ERROR
     if args.steps is not None and args.steps < 1:
         _tell(f"--steps {args.steps}: pass a number of train steps >= 1.")
+        return USAGE_ERROR
+    backend = os.environ.get("KERAS_BACKEND")
+    package = BACKEND_PACKAGES.get(backend or "")
+    if package and importlib.util.find_spec(package) is None:
+        _tell(
+            f"KERAS_BACKEND={backend}: {package} is not installed here "
+            f"(pip install {package}), so Keras cannot load that backend."
+        )
         return USAGE_ERROR
     module = args.module
     if module is None and not theirs:

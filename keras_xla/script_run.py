@@ -253,12 +253,12 @@ def run(
     `__main__` with `args` as its arguments, `runner` installed; returns
     its exit code and fits. Its error's traceback is printed as Python
     prints it, from the script's first frame."""
-    argv, path0 = sys.argv[:], sys.path[0] if sys.path else None
-    if module:
-        sys.argv = [target, *args]
-    else:
-        sys.argv = [target, *args]
-        sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+    argv, path = sys.argv[:], sys.path[:]
+    sys.argv = [target, *args]
+    # As Python does: the script's folder first, or for `-m` the
+    # working directory.
+    first = os.getcwd() if module else os.path.dirname(os.path.abspath(target))
+    sys.path.insert(0, first)
     runner.install()
     code, error = 0, None
     try:
@@ -274,9 +274,7 @@ def run(
     finally:
         runner.uninstall()
         sys.argv = argv
-        if not module and sys.path and path0 is not None:
-            if sys.path[0] != path0:
-                sys.path.pop(0)
+        sys.path[:] = path
     return ScriptResult(code, runner.fits, error)
 
 

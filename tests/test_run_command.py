@@ -144,6 +144,27 @@ def test_bad_input_gets_one_line_and_no_traceback(tmp_path, capsys):
     assert "no fit() ran in" in captured.err
 
 
+def test_a_module_runs_with_the_working_directory_first(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(SCRIPTS)
+    log_dir = str(tmp_path)
+    argv = ["run", "--log-dir", log_dir, "--steps", "2", "--verbose", "0"]
+    assert cli.main([*argv, "-m", "fit_twice_tfdata"]) == 0
+    assert "steps 4" in capsys.readouterr().out
+    assert os.path.isdir(tmp_path / "fit_twice_tfdata" / "fit-2")
+    # A backend that is not installed: one line, before the script runs.
+    monkeypatch.setenv("KERAS_BACKEND", "nonexistent-backend")
+    monkeypatch.setitem(
+        run_command.BACKEND_PACKAGES,
+        "nonexistent-backend",
+        "no_such_package_here",
+    )
+    assert cli.main([*argv, "fit_numpy.py"]) == 2
+    err = capsys.readouterr().err
+    assert "KERAS_BACKEND=nonexistent-backend: no_such_package_here is " in err
+
+
 def test_the_tuners_flags_come_from_its_signature():
     parser = run_command.build_parser()
     options = {o for a in parser._actions for o in a.option_strings}
