@@ -424,7 +424,7 @@ def main(args, given: dict, target: str, script_args: list) -> int:
         "rows": rows,
         "answer": answer(rows),
     }
-    _write(args.log_dir, comparison)
+    write(args.log_dir, comparison)
     if args.json:
         print(json.dumps(comparison, indent=2))
     else:
@@ -434,7 +434,7 @@ def main(args, given: dict, target: str, script_args: list) -> int:
     return 0
 
 
-def _write(log_dir: str, comparison: dict) -> None:
+def write(log_dir: str, comparison: dict) -> None:
     """The comparison beside its runs: `xla_compare.json`, and for the
     XLA tab its own TensorBoard run (`comparison`, tag `xla/compare`). A
     failure to write costs only the file."""

@@ -274,8 +274,26 @@ def dump_dom(url: str) -> str:
     reason="no chromium binary (Debian: apt-get install chromium)",
 )
 def test_the_xla_tab_renders_in_a_browser(logs, tmp_path):
+    from keras_xla import run_compare
+
     log_dir, reports = logs
     report = reports[XLA_RUN]
+    # A `keras-xla run --compare` beside the runs: its card tops the page.
+    answer = "Fastest here for 8 steps: TensorFlow with XLA, 1.00 s."
+    run_compare.write(
+        log_dir,
+        {
+            "script": "train.py",
+            "answer": answer,
+            "rows": [
+                {"configuration": "TensorFlow with XLA", "ok": True,
+                 "runs": [XLA_RUN],
+                 "steps": 8, "compilations": 2, "seconds": 1.0},
+                {"configuration": "JAX with XLA", "ok": False,
+                 "why": "TypeError: a TensorFlow-only train_step", "runs": []},
+            ],
+        },
+    )  # fmt: skip
     server = Server(log_dir, str(tmp_path / "tensorboard.log"))
     try:
         listing = server.poll(
@@ -315,6 +333,12 @@ def test_the_xla_tab_renders_in_a_browser(logs, tmp_path):
     assert f"{XLA_RUN} vs {NO_XLA_RUN}" in dom
     # The run list, one row per run.
     assert dom.count('<tr class="run-row') == 2
+    # The comparison's card, first: its answer, a row per configuration,
+    # the one that could not run saying why.
+    assert dom.index('id="comparison"') < dom.index('id="runs"')
+    assert answer in dom
+    assert dom.count('<tr class="comparison-row">') == 1
+    assert "cannot run: TypeError: a TensorFlow-only train_step" in dom
 
 
 def epoch_row(n, steps):

@@ -612,7 +612,7 @@ function comparisonCard(c, choose) {
     const measured = r.default && r.ok
       ? ` (${BACKENDS[r.backend_seen] ?? r.backend_seen} ` +
         `${r.xla ? "with" : "without"} XLA)` : "";
-    const tr = el("tr", { class: r.runs.length ? "run-row" : null },
+    const tr = el("tr", { class: r.runs.length ? "comparison-row" : null },
       el("td", { class: "nowrap", text: r.configuration + measured }),
       ...(r.ok ? [
         el("td", { class: "num", text: String(r.steps) }),
