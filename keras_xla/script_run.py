@@ -31,6 +31,8 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
+from keras_xla.core import figures
+
 MODEL_MODULE = "keras.src.models.model"
 
 
@@ -77,19 +79,16 @@ class FitRun:
             "compile_seconds": round(report.total_compile_seconds, 3),
             "step_ms": statistics.median(medians) if medians else None,
             "step_ms_range": [min(medians), max(medians)] if medians else None,
-            "dispatch_ms": _epoch_median(epochs, "dispatch_median"),
-            "input_ms": _epoch_median(epochs, "input_median"),
+            "dispatch_ms": _epoch_median(epochs, figures.DISPATCH),
+            "input_ms": _epoch_median(epochs, figures.INPUT_WAIT),
             "codes": report.finding_codes(),
             "headline": verdict.headline if verdict else None,
         }
 
 
-def _epoch_median(epochs: list, key: str) -> float | None:
-    found = [
-        e.step_time_ms.get(key)
-        for e in epochs
-        if e.step_time_ms.get(key) is not None
-    ]
+def _epoch_median(epochs: list, figure: figures.Figure) -> float | None:
+    """The median over `epochs` of a figure (None where none has it)."""
+    found = [v for v in (figure.value(e) for e in epochs) if v is not None]
     return statistics.median(found) if found else None
 
 

@@ -6,6 +6,7 @@ import warnings
 
 import keras
 import numpy as np
+import pytest
 
 from keras_xla import XLATuner
 from keras_xla.core import spikes
@@ -134,7 +135,13 @@ def test_another_functions_compilation_is_not_a_host_pause():
     # The compile ledger recorded a compilation during call 9 that is not
     # the step's: its spike is a compilation, not a pause.
     assert kinds[9] == spikes.COMPILE
-    assert epoch.unexplained_seconds < 0.01
+    # Its seconds are not counted as unexplained (a busy machine may
+    # still pause other steps: those alone make the figure).
+    others = [s for s in epoch.spikes if s["kind"] == spikes.UNEXPLAINED]
+    assert all(s["step"] != 9 for s in others)
+    assert epoch.unexplained_seconds == pytest.approx(
+        sum(s["seconds"] for s in others), abs=1e-4
+    )
     assert epoch.compilations == 1  # the step's own count is untouched
 
 

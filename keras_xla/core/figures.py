@@ -292,6 +292,8 @@ COMPILATIONS = BY_KEY["compilations"]
 THROUGHPUT = BY_KEY["examples_per_second"]
 THROUGHPUT_OVERALL = BY_KEY["examples_per_second_overall"]
 MEDIAN_STEP = BY_KEY["step_time_ms.median"]
+DISPATCH = BY_KEY["step_time_ms.dispatch_median"]
+INPUT_WAIT = BY_KEY["step_time_ms.input_median"]
 
 
 def tags(when: str) -> tuple[str, ...]:
