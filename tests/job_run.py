@@ -1,7 +1,8 @@
 """One worker of a two-worker job under XLATuner, in its own process.
 
 Usage:
-    python job_run.py tf LOG_DIR DUMP_DIR [uneven|killed]   (TF_CONFIG set)
+    python job_run.py tf LOG_DIR DUMP_DIR [uneven|killed|baseline|auto]
+        (TF_CONFIG set)
     python job_run.py jax LOG_DIR INDEX PORT [on|auto|differ]
 
 TensorFlow: `MultiWorkerMirroredStrategy` (TF_CONFIG from the caller),
@@ -9,7 +10,10 @@ an `XLAModel`, each worker's own data (`distribute_datasets_from_function`):
 32 examples in batches of 8, or 28 on worker 1 with `uneven` (its last
 batch is short); with `killed`, worker 1 dies as its training ends,
 before its tuner writes its final report (the engine lets the chief go
-on then: no collective is left), and the chief waits 3 s for it. JAX:
+on then: no collective is left), and the chief waits 3 s for it; with
+`baseline`, 64 examples each and the tuner's no-XLA baseline windows on
+(the others run without them); with `auto`, `jit_compile="auto"`
+(a job skips the trial on every worker). JAX:
 `jax.distributed.initialize` on 127.0.0.1 with gloo collectives and
 `keras.distribution.DataParallel`, each process its own rows of the
 global batch; with `differ`, worker 1's model computes with another
@@ -50,6 +54,8 @@ import numpy as np  # noqa: E402
 import keras_xla  # noqa: E402, I001  (before TensorFlow runs an op)
 
 UNEVEN = sys.argv[-1] == "uneven"
+BASELINE = sys.argv[-1] == "baseline"
+AUTO = sys.argv[-1] == "auto"
 
 
 def data(rows):
@@ -109,12 +115,16 @@ def tensorflow_worker():
     def shard(context):
         # Each worker's own rows, in batches of 8 per replica.
         worker = context.input_pipeline_id
-        rows = 28 if UNEVEN and worker == 1 else 32
+        rows = 28 if UNEVEN and worker == 1 else 64 if BASELINE else 32
         return tf.data.Dataset.from_tensor_slices(data(rows)).batch(8)
 
     dataset = strategy.distribute_datasets_from_function(shard)
     tuner = keras_xla.XLATuner(
-        log_dir=sys.argv[2], verbose=0, baseline=False, analyze_hlo=False
+        log_dir=sys.argv[2],
+        verbose=0,
+        baseline=BASELINE,
+        analyze_hlo=False,
+        jit_compile="auto" if AUTO else True,
     )
     callbacks = [tuner]
     if sys.argv[-1] == "killed":

@@ -336,6 +336,13 @@ def test_baseline_plan_sizes_the_windows_by_the_trial_policy():
         50,
         True,
     )
+    # One of a job's two workers: the same windows, no extra rounds (they
+    # would wait on this worker's clock alone).
+    job = baseline.plan(
+        True, True, 200, 1, 1, 0.25, MODEL, ModelState(MODEL), workers=2
+    )
+    assert (job.trial.window_calls, job.trial.rounds) == (8, 3)
+    assert (job.warmup, job.extend_to) == (20, 0)
     # steps_per_execution=4: 48 steps are 12 calls, two rounds of 3.
     runner = plan(200, spe=4)
     assert (runner.trial.window_calls, runner.trial.rounds) == (3, 2)

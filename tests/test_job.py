@@ -329,6 +329,35 @@ def test_two_tensorflow_workers_make_one_job_report(tmp_path, uneven):
     assert json.loads(text)["workers"] == report["workers"]
 
 
+@pytest.mark.parametrize("mode", ["baseline", "auto"])
+def test_two_tensorflow_workers_end_in_the_same_configuration(tmp_path, mode):
+    # The no-XLA windows switch each worker's step at the steps the counts
+    # set (no extra round on one worker's clock); "auto" skips the trial
+    # on every worker. Both train on in XLA, their all-reduced weights
+    # equal.
+    outs = tf_job(tmp_path, mode)
+    assert [out["jit"] for out in outs] == [True, True]
+    # Each worker's count is what XLA itself compiled there.
+    assert [out["compilations"] for out in outs] == [
+        out["dumped"] for out in outs
+    ]
+    for a, b in zip(outs[0]["weights"], outs[1]["weights"]):
+        assert a == b
+    report = outs[0]["job"]
+    assert [w["index"] for w in report["workers"]] == [0, 1]
+    assert report["missing"] == []
+    if mode == "auto":
+        assert [out["decision"] for out in outs] == ["skipped"] * 2
+        return
+    # Each worker measured both sides, in the same windows.
+    spans = [out["baseline"]["span"] for out in outs]
+    assert spans[0] == spans[1] and spans[0]
+    assert [out["baseline"]["rounds"] for out in outs] == [2, 2]
+    for out in outs:
+        assert out["baseline"]["no_xla_step_ms"] > 0
+        assert out["baseline"]["xla_step_ms"] > 0
+
+
 def test_a_worker_that_died_is_named_and_the_job_report_written(tmp_path):
     # Worker 1 died as its training ended (exit code 3), before its final
     # report; the chief waited its bounded while and wrote the job's.

@@ -110,7 +110,9 @@ class Request:
         workers: The workers of the job this fit is one of (1: alone).
             A job's workers would each decide by their own clock, and
             workers in different configurations wait for each other at
-            every collective: a job does not run the trial.
+            every collective: a job does not run the trial, and its
+            baseline windows get no extra rounds (their switches are
+            then set by step counts alone, the same on every worker).
     """
 
     jit: Any
@@ -276,6 +278,11 @@ def plan_baseline(
         )
     if isinstance(plan, str):
         return Measured(BaselineSection(reason=plan))
+    if request.workers > 1:
+        # Extra rounds wait on this worker's clock (`_widen`): in a job,
+        # every worker switches at the same steps, those the step counts
+        # alone set.
+        plan = dataclasses.replace(plan, extend_to=0)
     dtype = model.dtype_policy.name
     trial, keep = trial_lib.baseline_trial(dtype, plan, spe, t)
     if runner_type is None:

@@ -52,13 +52,15 @@ def plan(
     model: Any,
     original: ModelState,
     t: policy.Tunables | None = None,
+    workers: int = 1,
 ) -> BaselineRunner | BaselineSection:
     """The baseline's runner for a fit whose first epoch has
     `epoch_steps` steps, or the section saying why there is none:
     `auto.runner.plan_baseline`'s, as on TensorFlow, with JAX's runner.
     Data of unknown length runs the windows in the first epoch: at the
     end of the data Keras's JAX trainer stops at `next(iterator)` before
-    any step runs (no state changes, with or without jit)."""
+    any step runs (no state changes, with or without jit). One of a
+    job's `workers` switches at the steps the counts alone set."""
     if not jit_on:
         return BaselineSection(reason="XLA is off in this fit")
     request = Request(
@@ -73,6 +75,7 @@ def plan(
         epochs=epochs,
         defer_unknown=False,
         tunables=t,
+        workers=workers,
     )
     planned = plan_baseline(model, request, original, BaselineRunner)
     if isinstance(planned, Measured):

@@ -149,6 +149,7 @@ class FitRun(FitOwner):
             s.trial_budget,
             model,
             ModelState(model),
+            workers=self.worker.count if self.worker else 1,
         )
         if isinstance(planned, report_lib.BaselineSection):
             self.report.baseline = planned
