@@ -98,8 +98,9 @@ def test_the_job_names_the_worker_that_compiled_alone_and_the_wait():
     (alone,) = report.findings
     assert alone["code"] == "worker-compiled-alone"
     assert alone["worker"] == 1
-    # The other worker waited for its 0.5 s compilation.
+    # Worker 0's own steps showed no wait: its compile time stands in.
     assert alone["seconds"] == 0.5
+    assert "waited about 0.50 s" in alone["message"]
     assert "input `x` dim 0: [8, 16, 4] -> [4, 16, 4]" in alone["message"]
     assert alone["fix"] == "pad the last batch"
     verdict = report.verdict
@@ -109,6 +110,32 @@ def test_the_job_names_the_worker_that_compiled_alone_and_the_wait():
     assert verdict["next_steps"] == [
         {"code": "worker-compiled-alone", "worker": 1, "seconds": 0.5}
     ]
+
+
+def test_the_others_wait_is_measured_by_their_own_step_there():
+    waiting = worker_report(0)
+    # Worker 0's step 3 of epoch 0 stood out by 0.42 s, unexplained by
+    # anything of its own: the wait at the collective worker 1 compiled
+    # before. A spike elsewhere, or one its own compilation explains, is
+    # not the wait.
+    waiting.epochs[0].spikes = [
+        {"step": 3, "ms": 430.0, "seconds": 0.42, "kind": "unexplained"},
+        {"step": 1, "ms": 90.0, "seconds": 0.08, "kind": "unexplained"},
+    ]
+    waiting.epochs[1].spikes = [
+        {"step": 3, "ms": 900.0, "seconds": 0.9, "kind": "unexplained"}
+    ]
+    reports = {0: waiting, 1: worker_report(1, shapes=[[4, 16, 4]])}
+    (alone,) = job.build(reports, 2, "a,b").findings
+    assert alone["seconds"] == 0.42
+    assert (
+        "the other worker waited 0.42 s for it at the next collective "
+        "(measured: their step 3 of epoch 0 stood out" in alone["message"]
+    )
+    waiting.epochs[0].spikes[0]["kind"] = "compile"
+    (alone,) = job.build(reports, 2, "a,b").findings
+    assert alone["seconds"] == 0.5
+    assert "waited about 0.50 s" in alone["message"]
 
 
 def fingerprinted(index, fingerprint, dtype="float32", **environment):
@@ -311,6 +338,8 @@ def test_two_tensorflow_workers_make_one_job_report(tmp_path, uneven):
         assert ("worker-compiled-alone", 1) in codes
         (alone,) = [f for f in report["findings"] if f["worker"] == 1]
         assert "input `x` dim 0" in alone["message"]
+        # Worker 0's step at that collective stood out: the measured wait.
+        assert "(measured: their step 3 of epoch 0" in alone["message"]
         assert alone["seconds"] > 0
     assert "worker-missing" not in [c for c, _ in codes]
     # The chief's run carries the job report for the XLA tab.

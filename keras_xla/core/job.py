@@ -17,7 +17,8 @@ What only a job shows, each a finding with the worker named:
 - `worker-compiled-alone`: a worker compiled a step for shapes no other
   worker compiled (an uneven shard's partial batch, a worker-local
   shape): every other worker waited for that compilation at the next
-  collective;
+  collective, measured by their own step there (it stands out, with
+  nothing of theirs to explain it), else estimated by its compile time;
 - `worker-program-differs`: at one step, two workers compiled different
   programs (their HLO fingerprints differ): the first differing input
   (shape or dtype) or setting (versions, dtype policy) is named, else the
@@ -43,7 +44,7 @@ import statistics
 import time
 from collections.abc import Iterable
 
-from keras_xla.core import files
+from keras_xla.core import files, spikes
 from keras_xla.core import findings as codes
 from keras_xla.core.report import REPORT_FILENAME, XLAReport
 
@@ -275,46 +276,85 @@ def _unfinished(row: WorkerRow, count: int) -> dict:
     )
 
 
-def _signatures(report: XLAReport) -> dict[tuple, float]:
-    """What a worker compiled: (function, its shapes) -> seconds."""
-    out: dict[tuple, float] = {}
+def _signatures(report: XLAReport) -> dict[tuple, list]:
+    """The worker's compilations by (function, shapes)."""
+    out: dict[tuple, list] = {}
     for c in report.compile_log:
         key = (c.function, json.dumps(c.shapes, sort_keys=True))
-        out[key] = out.get(key, 0.0) + c.compile_seconds
+        out.setdefault(key, []).append(c)
     return out
 
 
+def _waits(report: XLAReport, at: list) -> list[tuple]:
+    """The seconds by which `report`'s worker's own steps at the
+    compilations `at` (another worker's) stood out with nothing of its
+    own to explain them: what it waited at that step's collective, as
+    `(epoch, step, seconds)`."""
+    unexplained = {
+        (e.epoch, s["step"]): s["seconds"]
+        for e in report.epochs
+        for s in e.spikes
+        if s["kind"] == spikes.UNEXPLAINED
+    }
+    return [
+        (c.epoch, c.step, unexplained[(c.epoch, c.step)])
+        for c in at
+        if (c.epoch, c.step) in unexplained
+    ]
+
+
 def _compiled_alone(reports: dict[int, XLAReport]) -> list[dict]:
-    """A worker's compilations that no other worker made."""
+    """A worker's compilations that no other worker made, with the
+    seconds the others waited for them: measured where every other
+    worker's step there stood out unexplained (its own spike), else
+    the compilation's seconds for each."""
     if len(reports) < 2:
         return []
     compiled = {i: _signatures(r) for i, r in reports.items()}
     found = []
     for index, signatures in sorted(compiled.items()):
-        others = set().union(*(s for i, s in compiled.items() if i != index))
-        for (function, shapes), seconds in signatures.items():
-            if (function, shapes) in others:
+        elsewhere = set().union(*(s for i, s in compiled.items() if i != index))
+        for (function, shapes), at in signatures.items():
+            if (function, shapes) in elsewhere:
                 continue
             why = _cause(reports[index], function, json.loads(shapes))
-            waiting = len(reports) - 1
+            seconds = sum(c.compile_seconds for c in at)
+            waits = {i: _waits(r, at) for i, r in reports.items() if i != index}
             others = (
                 "the other worker"
-                if waiting == 1
-                else f"the other {waiting} workers"
+                if len(waits) == 1
+                else f"the other {len(waits)} workers"
             )
+            if all(waits.values()):
+                waited = sum(w for ws in waits.values() for _, _, w in ws)
+                steps = sorted(
+                    {(e, s) for ws in waits.values() for e, s, _ in ws}
+                )
+                where = ", ".join(f"step {s} of epoch {e}" for e, s in steps)
+                wait = (
+                    f"{others} waited {waited:.2f} s for it at the next "
+                    f"collective (measured: their {where} stood out by that "
+                    "much, unexplained by anything of their own)"
+                )
+            else:
+                waited = seconds * len(waits)
+                wait = (
+                    f"{others} waited about {seconds:.2f} s for it at the "
+                    "next collective (its compile time: their own steps "
+                    "there did not show the wait)"
+                )
             found.append(
                 _finding(
                     codes.WORKER_COMPILED_ALONE,
                     index,
                     f"Worker {index} compiled {function} for "
                     f"{_shapes(json.loads(shapes))}{why[0]}, which no other "
-                    f"worker did: {others} waited about "
-                    f"{seconds:.2f} s for it at the next collective.",
+                    f"worker did: {wait}.",
                     why[1]
                     or "Give every worker the same shapes: shards of equal "
                     "size (`drop_remainder=True`, or pad the last batch: "
                     "`keras_xla.data.pad_batches`).",
-                    seconds * waiting,
+                    waited,
                 )
             )
     return found
