@@ -218,14 +218,19 @@ def test_the_chief_waits_for_the_workers_final_reports_at_most_so_long(
         where = job.worker_dir(log_dir, index)
         os.makedirs(where)
         worker_report(index, finished=finished).write(where)
-    now = [0.0]
+    now, pauses = [0.0], []
 
     def sleep(seconds):
         now[0] += seconds
+        pauses.append(seconds)
 
     reports = job.gather(log_dir, 2, 5.0, clock=lambda: now[0], sleep=sleep)
     # Worker 1 never finished: the chief gave up after 5 s and has both.
     assert 5.0 <= now[0] < 5.0 + 2 * job.POLL_SECONDS
+    # It looks again soon, then less often: each pause twice the last,
+    # up to POLL_SECONDS.
+    assert pauses[:3] == [job.FIRST_POLL_SECONDS * 2**n for n in range(3)]
+    assert max(pauses) == job.POLL_SECONDS
     assert sorted(reports) == [0, 1]
     # Its last report is in the job's table, and it is named: it never
     # wrote its final one.
