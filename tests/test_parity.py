@@ -45,7 +45,12 @@ def run(backend, log_dir):
 
 
 # Lints on measured times: the same fit is faster on one backend.
-TIMED = {"tuner-overhead", "dispatch-bound-steps", "compile-dominates"}
+TIMED = {
+    "tuner-overhead",
+    "dispatch-bound-steps",
+    "compile-dominates",
+    "input-bound",
+}
 
 
 @pytest.fixture(scope="module")
