@@ -46,8 +46,8 @@ def main(argv=None):
         incl = train.ratio(fixed, drift)
         excl = train.ratio(fixed, drift, "images_per_second")
         print(
-            f"fixed/random with XLA, img/s including compile: {incl}x, "
-            f"steady: {excl}x"
+            f"fixed/random with XLA, img/s including compile: {incl}, "
+            f"steady: {excl}"
         )
 
 

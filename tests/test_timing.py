@@ -42,6 +42,12 @@ def test_statistics_use_fallback_when_every_step_compiled():
     assert stats.median_seconds == 0.002
     assert stats.steady_steps == 0
     assert stats.examples_per_second is None
+    # No earlier median: unknown, not the median of compiling steps (a
+    # compile estimate against that would be near zero).
+    alone = run_statistics([rec(0.5, new=[0]), rec(0.4, new=[0])])
+    assert alone.median_seconds is None
+    assert alone.p90_seconds == pytest.approx(0.49)
+    assert estimate_compile_seconds(rec(0.5, new=[0]), None) == 0.5
 
 
 def test_multi_step_calls_count_each_step():

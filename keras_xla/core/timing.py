@@ -133,9 +133,11 @@ def run_statistics(
     """Median and p90 per-step time over steps that did not compile.
 
     Steps that compiled or traced the step function are left out of the
-    steady state. If every step
-    compiled, `fallback_median` (an earlier epoch's median) is used, and
-    failing that the median over all steps.
+    steady state. If every step compiled, `fallback_median` (an earlier
+    epoch's median) is used, and failing that the median is unknown
+    (None): a median of compiling steps is not a step's time, and
+    compile estimates against it would come out near zero (a run whose
+    every step compiled a new shape). The p90 is over all steps then.
     """
     steady = [
         r
@@ -146,9 +148,7 @@ def run_statistics(
     per_step = [r.seconds_per_step for r in pool for _ in range(r.steps)]
     if not per_step:
         return RunStatistics(0, None, None, 0, None, None)
-    median = percentile(per_step, 50)
-    if not steady and fallback_median is not None:
-        median = fallback_median
+    median = percentile(per_step, 50) if steady else fallback_median
     steady_time = sum(r.seconds for r in steady)
     steady_examples = sum(r.examples() for r in steady)
     all_time = sum(r.seconds for r in records)
