@@ -148,7 +148,9 @@ FIGURES: tuple[Figure, ...] = (
         "xla/step_time_ms_median",
         "median train step time over the steps that did not compile: "
         "until the step's results exist, not until the call returns (see "
-        '"How a step is timed")',
+        '"How a step is timed"); an epoch whose every step compiled has '
+        "the previous epoch's median, or none (its compilations are then "
+        "timed by their whole calls)",
         unit="ms",
         column="median ms",
         label="median step ms",
