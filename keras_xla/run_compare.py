@@ -16,7 +16,9 @@ overlap. Each configuration's figures are the medians of
 its rounds. The table (`rows`), the answer (`answer`) and the JSON
 (`xla_compare.json` in the log dir, `--json`) say which configuration
 trained the script's steps fastest, by how much against its default,
-and why (each step's time, compiling, what held the slower one back).
+and why (each step's time, compiling, what held the slower one back);
+each XLA row's verdict is read from the table, against the same
+backend's no-XLA row where there is one (`against_no_xla`).
 A configuration that cannot run (a backend not installed, a
 TensorFlow-only train step on JAX) is a row that says why.
 """
@@ -26,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -182,8 +185,9 @@ def _why(lines: list[str]) -> str | None:
 
 def row(config: Configuration, results: list[dict]) -> dict:
     """A configuration's row from its rounds' results: fit seconds and
-    step time are medians over the rounds that trained (the step's range
-    and the rest are the last round's); the reason where none did."""
+    step time are medians over the rounds that trained, the step's range
+    spans theirs (the rest is the last round's); the reason where none
+    did."""
     trained = [r for r in results if r["code"] == 0 and r["fits"]]
     out: dict[str, Any] = {
         "configuration": config.label,
@@ -209,6 +213,14 @@ def row(config: Configuration, results: list[dict]) -> dict:
     out.update(summaries[-1])
     steps_ms = [s["step_ms"] for s in summaries if s["step_ms"] is not None]
     out["step_ms"] = statistics.median(steps_ms) if steps_ms else None
+    # The range over every round's (the median is of the rounds' medians,
+    # each inside its own round's range).
+    ranges = [s["step_ms_range"] for s in summaries if s["step_ms_range"]]
+    out["step_ms_range"] = (
+        [min(r[0] for r in ranges), max(r[1] for r in ranges)]
+        if ranges
+        else None
+    )
     out["seconds"] = statistics.median(seconds) if seconds else None
     out["seconds_range"] = [min(seconds), max(seconds)] if seconds else None
     return out
@@ -235,6 +247,54 @@ def _summary(fits: list[dict]) -> dict:
         "codes": longest["codes"],
         "headline": longest["headline"],
     }
+
+
+def against_no_xla(rows: list[dict]) -> None:
+    """Each XLA row's verdict from the table itself, where the same
+    backend's no-XLA configuration trained in it too: its step against
+    that one's, and whether its compiling paid back in the script's
+    steps. A comparison runs without the tuner's baseline windows, so
+    the tuner's own verdict (kept as `tuner_headline`) could not say."""
+    for r in rows:
+        if not (r["ok"] and r.get("xla") and r.get("step_ms")):
+            continue
+        plain = [
+            o
+            for o in rows
+            if o["ok"]
+            and not o.get("xla")
+            and o.get("step_ms")
+            and o.get("backend_seen") == r.get("backend_seen")
+        ]
+        if not plain:
+            continue
+        # A configuration of its own before the script's default.
+        other = min(plain, key=lambda o: o["default"])
+        base, xla = other["step_ms"], r["step_ms"]
+        compiling = r["compile_seconds"]
+        times = f"{base:.2f} -> {xla:.2f} ms"
+        if xla >= base:
+            text = (
+                f"XLA made each step slower than {_name(other)} here "
+                f"({times}) and compiling cost {compiling:.1f} s: it did "
+                "not pay off."
+            )
+        else:
+            pays_back = math.ceil(compiling / ((base - xla) / 1000.0))
+            text = (
+                f"XLA made each step {base / xla:.2f}x faster than "
+                f"{_name(other)} here ({times}) and compiling cost "
+                f"{compiling:.1f} s: "
+            )
+            if r["steps"] >= pays_back:
+                text += f"it paid off (in {pays_back:,} steps)."
+            else:
+                text += (
+                    f"it pays back after {pays_back:,} steps and the "
+                    f"script ran {r['steps']}, so it did not pay off yet."
+                )
+        r["tuner_headline"] = r["headline"]
+        r["headline"] = text
 
 
 def ranked(rows: list[dict]) -> list[dict]:
@@ -410,6 +470,7 @@ def main(args, given: dict, target: str, script_args: list) -> int:
         rows = [row(c, results[c]) for c in configs]
         if round_ + 1 >= args.rounds and settled(rows):
             break
+    against_no_xla(rows)
     for r in rows:
         # Each fit's TensorBoard run, as named under the log dir.
         r["runs"] = [

@@ -251,6 +251,65 @@ def test_the_answer_names_the_fastest_and_why():
     ]
 
 
+def test_a_rows_step_range_spans_its_rounds():
+    def fit(step_ms, low, high):
+        return {
+            "seconds": 1.0, "steps": 32, "compilations": 1,
+            "compile_seconds": 0.5, "step_ms": step_ms,
+            "step_ms_range": [low, high], "log_dir": "", "dispatch_ms": None,
+            "input_ms": None, "backend": "tensorflow", "xla": True,
+            "codes": [], "headline": "",
+        }  # fmt: skip
+
+    rounds = [
+        {"code": 0, "fits": [fit(6.0, 5.9, 6.2)]},
+        {"code": 0, "fits": [fit(7.1, 7.0, 7.4)]},
+    ]
+    out = run_compare.row(run_compare.Configuration("tensorflow"), rounds)
+    # The median of the rounds' medians, inside the range of them all
+    # (the last round's alone, 7.0-7.4, would leave it out).
+    assert out["step_ms"] == pytest.approx(6.55)
+    assert out["step_ms_range"] == [5.9, 7.4]
+
+
+def test_each_xla_rows_verdict_is_read_from_the_table():
+    default = run_compare.Configuration()
+    tf_on = run_compare.Configuration("tensorflow", "on")
+    tf_off = run_compare.Configuration("tensorflow", "off")
+    jax_on = run_compare.Configuration("jax", "on")
+    unknown = "whether it paid off is unknown: the baseline window is off"
+    rows = [
+        row(default, 2.0, step_ms=3.0, headline="XLA is off."),
+        row(tf_on, 2.5, step_ms=2.0, compile_seconds=1.0, headline=unknown),
+        row(tf_off, 2.0, step_ms=3.0, headline="XLA is off."),
+        row(jax_on, 1.0, step_ms=1.0, compile_seconds=0.5, headline=unknown),
+    ]
+    rows[0]["xla"] = False
+    run_compare.against_no_xla(rows)
+    # TensorFlow with XLA against TensorFlow without it, in the table:
+    # 1 ms a step saved, 1.0 s of compiling back after 1,000 steps.
+    assert rows[1]["headline"] == (
+        "XLA made each step 1.50x faster than TensorFlow without XLA here "
+        "(3.00 -> 2.00 ms) and compiling cost 1.0 s: it pays back after "
+        "1,000 steps and the script ran 32, so it did not pay off yet."
+    )
+    assert rows[1]["tuner_headline"] == unknown
+    # No JAX row without XLA: the tuner's own verdict stays.
+    assert rows[3]["headline"] == unknown and "tuner_headline" not in rows[3]
+    # The no-XLA rows keep theirs.
+    assert rows[0]["headline"] == rows[2]["headline"] == "XLA is off."
+    # Enough steps: it paid off; a slower XLA step: it did not.
+    rows[1].update(headline=unknown, steps=1000)
+    run_compare.against_no_xla(rows)
+    assert rows[1]["headline"].endswith("it paid off (in 1,000 steps).")
+    rows[1].update(headline=unknown, step_ms=3.5)
+    run_compare.against_no_xla(rows)
+    assert rows[1]["headline"] == (
+        "XLA made each step slower than TensorFlow without XLA here "
+        "(3.00 -> 3.50 ms) and compiling cost 1.0 s: it did not pay off."
+    )
+
+
 @pytest.mark.filterwarnings("ignore")
 def test_compare_makes_a_row_per_configuration_and_says_why_one_cannot(
     tmp_path, capsys
