@@ -132,10 +132,21 @@ def test_the_others_wait_is_measured_by_their_own_step_there():
         "the other worker waited 0.42 s for it at the next collective "
         "(measured: their step 3 of epoch 0 stood out" in alone["message"]
     )
+    # Two others waiting, each measured: their mean, and the sum.
+    third = worker_report(2, count=3)
+    third.epochs[0].spikes = [
+        {"step": 3, "ms": 230.0, "seconds": 0.22, "kind": "unexplained"}
+    ]
+    (alone,) = job.build({**reports, 2: third}, 3, "a,b,c").findings
+    assert alone["seconds"] == 0.64
+    assert (
+        "the other 2 workers waited 0.32 s each on average (0.64 s in "
+        in (alone["message"])
+    )
     waiting.epochs[0].spikes[0]["kind"] = "compile"
     (alone,) = job.build(reports, 2, "a,b").findings
     assert alone["seconds"] == 0.5
-    assert "waited about 0.50 s" in alone["message"]
+    assert "waited about 0.50 s for it" in alone["message"]
 
 
 def fingerprinted(index, fingerprint, dtype="float32", **environment):

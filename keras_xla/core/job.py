@@ -336,16 +336,23 @@ def _compiled_alone(reports: dict[int, XLAReport]) -> list[dict]:
                     {(e, s) for ws in waits.values() for e, s, _ in ws}
                 )
                 where = ", ".join(f"step {s} of epoch {e}" for e, s in steps)
+                much = (
+                    f"{waited:.2f} s"
+                    if len(waits) == 1
+                    else f"{waited / len(waits):.2f} s each on average "
+                    f"({waited:.2f} s in all)"
+                )
                 wait = (
-                    f"{others} waited {waited:.2f} s for it at the next "
+                    f"{others} waited {much} for it at the next "
                     f"collective (measured: their {where} stood out by that "
                     "much, unexplained by anything of their own)"
                 )
             else:
                 waited = seconds * len(waits)
+                each = "" if len(waits) == 1 else " each"
                 wait = (
-                    f"{others} waited about {seconds:.2f} s for it at the "
-                    "next collective (its compile time: their own steps "
+                    f"{others} waited about {seconds:.2f} s{each} for it at "
+                    "the next collective (its compile time: their own steps "
                     "there did not show the wait)"
                 )
             found.append(
