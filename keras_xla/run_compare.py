@@ -17,8 +17,8 @@ its rounds. The table (`rows`), the answer (`answer`) and the JSON
 (`xla_compare.json` in the log dir, `--json`) say which configuration
 trained the script's steps fastest, by how much against its default,
 and why (each step's time, compiling, what held the slower one back);
-each XLA row's verdict is read from the table, against the same
-backend's no-XLA row where there is one (`against_no_xla`).
+each XLA row's verdict is the tuner's, against the same backend's
+no-XLA row of the table where there is one (`against_no_xla`).
 A configuration that cannot run (a backend not installed, a
 TensorFlow-only train step on JAX) is a row that says why.
 """
@@ -28,13 +28,15 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import math
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 from typing import Any
+
+from keras_xla.core import verdict as verdicts
+from keras_xla.core.report import XLAReport
 
 AXES = {
     "backend": ("tensorflow", "jax"),
@@ -240,6 +242,7 @@ def _summary(fits: list[dict]) -> dict:
         "step_ms": longest["step_ms"],
         "step_ms_range": longest["step_ms_range"],
         "log_dirs": [f["log_dir"] for f in fits],
+        "report_dir": longest["log_dir"],
         "dispatch_ms": longest["dispatch_ms"],
         "input_ms": longest["input_ms"],
         "backend_seen": longest["backend"],
@@ -250,13 +253,15 @@ def _summary(fits: list[dict]) -> dict:
 
 
 def against_no_xla(rows: list[dict]) -> None:
-    """Each XLA row's verdict from the table itself, where the same
-    backend's no-XLA configuration trained in it too: its step against
-    that one's, and whether its compiling paid back in the script's
-    steps. A comparison runs without the tuner's baseline windows, so
-    the tuner's own verdict (kept as `tuner_headline`) could not say."""
+    """Each XLA row's verdict against the same backend's no-XLA row of
+    the table, where there is one: the tuner's verdict of the row's
+    longest fit rebuilt with that row's step as its baseline
+    (`core.verdict.against_run`; the tuner's own, kept as
+    `tuner_headline`, had no baseline: a comparison runs without the
+    tuner's windows)."""
     for r in rows:
-        if not (r["ok"] and r.get("xla") and r.get("step_ms")):
+        where = r.pop("report_dir", None)
+        if not (r["ok"] and r.get("xla") and where):
             continue
         plain = [
             o
@@ -270,31 +275,18 @@ def against_no_xla(rows: list[dict]) -> None:
             continue
         # A configuration of its own before the script's default.
         other = min(plain, key=lambda o: o["default"])
-        base, xla = other["step_ms"], r["step_ms"]
-        compiling = r["compile_seconds"]
-        times = f"{base:.2f} -> {xla:.2f} ms"
-        if xla >= base:
-            text = (
-                f"XLA made each step slower than {_name(other)} here "
-                f"({times}) and compiling cost {compiling:.1f} s: it did "
-                "not pay off."
-            )
-        else:
-            pays_back = math.ceil(compiling / ((base - xla) / 1000.0))
-            text = (
-                f"XLA made each step {base / xla:.2f}x faster than "
-                f"{_name(other)} here ({times}) and compiling cost "
-                f"{compiling:.1f} s: "
-            )
-            if r["steps"] >= pays_back:
-                text += f"it paid off (in {pays_back:,} steps)."
-            else:
-                text += (
-                    f"it pays back after {pays_back:,} steps and the "
-                    f"script ran {r['steps']}, so it did not pay off yet."
-                )
+        try:
+            report = XLAReport.load(where)
+        except (OSError, ValueError):
+            continue  # the tuner's own verdict stays
+        measured = verdicts.against_run(
+            report, other["step_ms"], other["steps"], r.get("step_ms")
+        )
         r["tuner_headline"] = r["headline"]
-        r["headline"] = text
+        r["headline"] = (
+            f"{measured.verdict.headline} (baseline: this table's "
+            f"{_name(other)} row)"
+        )
 
 
 def ranked(rows: list[dict]) -> list[dict]:

@@ -272,7 +272,21 @@ def test_a_rows_step_range_spans_its_rounds():
     assert out["step_ms_range"] == [5.9, 7.4]
 
 
-def test_each_xla_rows_verdict_is_read_from_the_table():
+def tuner_report(where, steps, compile_seconds):
+    """A fit's report with XLA on, as the tuner writes it: one epoch of
+    `steps` steps that compiled for `compile_seconds`, no baseline."""
+    from keras_xla.core.report import EpochStats, JitInfo
+
+    report = XLAReport(jit=JitInfo(True, True, "XLA is on."))
+    report.epochs.append(
+        EpochStats(0, steps, 1, compile_seconds, 0, {"median": 2.0}, 1.0)
+    )
+    where.mkdir()
+    report.write(str(where))
+    return str(where)
+
+
+def test_each_xla_rows_verdict_is_against_the_tables_no_xla_row(tmp_path):
     default = run_compare.Configuration()
     tf_on = run_compare.Configuration("tensorflow", "on")
     tf_off = run_compare.Configuration("tensorflow", "off")
@@ -285,28 +299,36 @@ def test_each_xla_rows_verdict_is_read_from_the_table():
         row(jax_on, 1.0, step_ms=1.0, compile_seconds=0.5, headline=unknown),
     ]
     rows[0]["xla"] = False
+    rows[1]["report_dir"] = tuner_report(tmp_path / "tf", 32, 1.0)
+    rows[3]["report_dir"] = tuner_report(tmp_path / "jax", 32, 0.5)
     run_compare.against_no_xla(rows)
     # TensorFlow with XLA against TensorFlow without it, in the table:
     # 1 ms a step saved, 1.0 s of compiling back after 1,000 steps.
-    assert rows[1]["headline"] == (
-        "XLA made each step 1.50x faster than TensorFlow without XLA here "
-        "(3.00 -> 2.00 ms) and compiling cost 1.0 s: it pays back after "
-        "1,000 steps and the script ran 32, so it did not pay off yet."
+    assert rows[1]["headline"].startswith(
+        "XLA made each step 1.50x faster (3.00 -> 2.00 ms) but compiling "
+        "cost 1.0 s; it pays back after 1,000 steps and this run had 32, "
+        "so it did not pay off yet."
+    )
+    assert rows[1]["headline"].endswith(
+        "(baseline: this table's TensorFlow without XLA row)"
     )
     assert rows[1]["tuner_headline"] == unknown
     # No JAX row without XLA: the tuner's own verdict stays.
     assert rows[3]["headline"] == unknown and "tuner_headline" not in rows[3]
-    # The no-XLA rows keep theirs.
+    # The no-XLA rows keep theirs; the report's folder is not a column.
     assert rows[0]["headline"] == rows[2]["headline"] == "XLA is off."
+    assert not any("report_dir" in r for r in rows)
     # Enough steps: it paid off; a slower XLA step: it did not.
-    rows[1].update(headline=unknown, steps=1000)
+    rows[1].update(headline=unknown)
+    rows[1]["report_dir"] = tuner_report(tmp_path / "long", 1000, 1.0)
     run_compare.against_no_xla(rows)
-    assert rows[1]["headline"].endswith("it paid off (in 1,000 steps).")
+    assert "this run had 1,000, so it paid off." in rows[1]["headline"]
     rows[1].update(headline=unknown, step_ms=3.5)
+    rows[1]["report_dir"] = str(tmp_path / "tf")
     run_compare.against_no_xla(rows)
-    assert rows[1]["headline"] == (
-        "XLA made each step slower than TensorFlow without XLA here "
-        "(3.00 -> 3.50 ms) and compiling cost 1.0 s: it did not pay off."
+    assert rows[1]["headline"].startswith(
+        "XLA made each step slower (3.00 -> 3.50 ms, 0.86x) and compiling "
+        "cost 1.0 s: it did not pay off."
     )
 
 

@@ -27,7 +27,6 @@ Run: python examples/resnet50/train.py [--crop random|fixed] [--jit on|off]
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 import time
@@ -41,7 +40,6 @@ import tensorflow as tf  # noqa: E402
 import keras_xla  # noqa: E402
 from keras_xla.core import verdict as verdicts  # noqa: E402
 from keras_xla.core.render import format_table, guard_line  # noqa: E402
-from keras_xla.core.report import BaselineSection  # noqa: E402
 from keras_xla.data import fixed_slice  # noqa: E402
 from keras_xla.tf_backend.summaries import SummaryWriter  # noqa: E402
 
@@ -328,25 +326,14 @@ def measured_report(row: dict, base: dict | None):
     verdict = row["verdict"]
     if verdict is None or not verdict.xla_enabled or base is None:
         return None
-    base_ms, xla_ms = base["median_step_ms"], row["median_step_ms"]
-    if not base_ms:
+    if not base["median_step_ms"]:
         return None
-    # Where every XLA step compiled, no XLA step was timed: the no-XLA
-    # step still bounds what XLA could have saved.
-    measured = dataclasses.replace(
+    return verdicts.against_run(
         row["report"],
-        baseline=BaselineSection(
-            steps=sum(e.steps for e in base["report"].epochs),
-            no_xla_step_ms=base_ms,
-            xla_step_ms=xla_ms or None,
-            reason=""
-            if xla_ms
-            else "every step with XLA compiled, so none was timed",
-        ),
-        decision=None,
+        base["median_step_ms"],
+        sum(e.steps for e in base["report"].epochs),
+        row["median_step_ms"],
     )
-    measured.verdict = verdicts.build(measured)
-    return measured
 
 
 def publish_measured(rows: list[dict]) -> None:

@@ -12,11 +12,12 @@ Pure logic: nothing here imports TensorFlow or Keras.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 
 from keras_xla.core import findings as codes
-from keras_xla.core.report import Verdict, XLAReport
+from keras_xla.core.report import BaselineSection, Verdict, XLAReport
 from keras_xla.core.signatures import FINDING_CODES
 
 XLA_SLOWER = "xla-slower"
@@ -91,6 +92,33 @@ def build(report: XLAReport) -> Verdict:
     )
     verdict.headline = headline(report, verdict)
     return verdict
+
+
+def against_run(
+    report: XLAReport,
+    no_xla_step_ms: float,
+    no_xla_steps: int,
+    xla_step_ms: float | None,
+) -> XLAReport:
+    """`report` with a no-XLA run of the same model, timed apart (a
+    script's own no-XLA run, a comparison's no-XLA configuration), as
+    its baseline, and the verdict built on it. Where every XLA step
+    compiled (`xla_step_ms` None), the no-XLA step still bounds what XLA
+    could have saved."""
+    measured = dataclasses.replace(
+        report,
+        baseline=BaselineSection(
+            steps=no_xla_steps,
+            no_xla_step_ms=no_xla_step_ms,
+            xla_step_ms=xla_step_ms or None,
+            reason=""
+            if xla_step_ms
+            else "every step with XLA compiled, so none was timed",
+        ),
+        decision=None,
+    )
+    measured.verdict = build(measured)
+    return measured
 
 
 def input_wait_ms(report: XLAReport) -> float | None:
