@@ -308,6 +308,39 @@ def _waits(report: XLAReport, at: list) -> list[tuple]:
     ]
 
 
+def _wait_text(waits: dict[int, list], seconds: float) -> tuple[float, str]:
+    """The others' wait for a lone compilation of `seconds`, from each
+    waiting worker's own spikes there (`waits`, by worker): measured
+    where every one showed it, else its compile time for each; the
+    seconds in all and the sentence."""
+    others = (
+        "the other worker"
+        if len(waits) == 1
+        else f"the other {len(waits)} workers"
+    )
+    if not all(waits.values()):
+        each = "" if len(waits) == 1 else " each"
+        return seconds * len(waits), (
+            f"{others} waited about {seconds:.2f} s{each} for it at the "
+            "next collective (its compile time: their own steps there did "
+            "not show the wait)"
+        )
+    waited = sum(w for ws in waits.values() for _, _, w in ws)
+    steps = sorted({(e, s) for ws in waits.values() for e, s, _ in ws})
+    where = ", ".join(f"step {s} of epoch {e}" for e, s in steps)
+    much = (
+        f"{waited:.2f} s"
+        if len(waits) == 1
+        else f"{waited / len(waits):.2f} s each on average "
+        f"({waited:.2f} s in all)"
+    )
+    return waited, (
+        f"{others} waited {much} for it at the next collective (measured: "
+        f"their {where} stood out by that much, unexplained by anything of "
+        "their own)"
+    )
+
+
 def _compiled_alone(reports: dict[int, XLAReport]) -> list[dict]:
     """A worker's compilations that no other worker made, with the
     seconds the others waited for them: measured where every other
@@ -325,36 +358,7 @@ def _compiled_alone(reports: dict[int, XLAReport]) -> list[dict]:
             why = _cause(reports[index], function, json.loads(shapes))
             seconds = sum(c.compile_seconds for c in at)
             waits = {i: _waits(r, at) for i, r in reports.items() if i != index}
-            others = (
-                "the other worker"
-                if len(waits) == 1
-                else f"the other {len(waits)} workers"
-            )
-            if all(waits.values()):
-                waited = sum(w for ws in waits.values() for _, _, w in ws)
-                steps = sorted(
-                    {(e, s) for ws in waits.values() for e, s, _ in ws}
-                )
-                where = ", ".join(f"step {s} of epoch {e}" for e, s in steps)
-                much = (
-                    f"{waited:.2f} s"
-                    if len(waits) == 1
-                    else f"{waited / len(waits):.2f} s each on average "
-                    f"({waited:.2f} s in all)"
-                )
-                wait = (
-                    f"{others} waited {much} for it at the next "
-                    f"collective (measured: their {where} stood out by that "
-                    "much, unexplained by anything of their own)"
-                )
-            else:
-                waited = seconds * len(waits)
-                each = "" if len(waits) == 1 else " each"
-                wait = (
-                    f"{others} waited about {seconds:.2f} s{each} for it at "
-                    "the next collective (its compile time: their own steps "
-                    "there did not show the wait)"
-                )
+            waited, wait = _wait_text(waits, seconds)
             found.append(
                 _finding(
                     codes.WORKER_COMPILED_ALONE,
