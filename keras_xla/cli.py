@@ -30,6 +30,7 @@ from keras_xla.core import job as job_lib  # noqa: E402
 from keras_xla.core.report import REPORT_FILENAME, XLAReport  # noqa: E402
 
 USAGE_ERROR = 2
+COMMANDS = ("doctor", "report", "run")
 
 
 def run_doctor(args: argparse.Namespace) -> int:

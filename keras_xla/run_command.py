@@ -17,6 +17,9 @@ log dir and its verdict. Bad input gets one line naming it, exit 2.
 from __future__ import annotations
 
 import argparse
+import ast
+import functools
+import importlib
 import importlib.util
 import inspect
 import json
@@ -38,24 +41,68 @@ WORDS = {"none": None, "true": True, "on": True, "false": False}
 WORDS["off"] = False
 
 
+@functools.cache
+def _tuner_source() -> tuple[ast.ClassDef, dict[str, str]]:
+    """XLATuner's class as written in `tuner.py`, and the module each
+    name `tuner.py` imports comes from. Read, not imported: importing the
+    tuner imports Keras, which would pick its backend before the script
+    could pick its own."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tuner.py")
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    imported = {
+        alias.asname or alias.name: node.module
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    }
+    tuner = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.ClassDef) and node.name == "XLATuner"
+    )
+    return tuner, imported
+
+
+def _default(node: ast.expr | None, imported: dict[str, str]) -> Any:
+    """A default's value: a literal, or a constant `tuner.py` imports
+    from a module that needs no backend (`DEFAULT_BUDGET`)."""
+    if node is None:
+        return inspect.Parameter.empty
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        name = ast.unparse(node)
+        return getattr(importlib.import_module(imported[name]), name)
+
+
 def tuner_parameters() -> dict[str, inspect.Parameter]:
     """XLATuner's arguments (its signature), but the command's own."""
-    from keras_xla.tuner import XLATuner
-
-    parameters = inspect.signature(XLATuner.__init__).parameters
+    tuner, imported = _tuner_source()
+    init = next(
+        node
+        for node in tuner.body
+        if isinstance(node, ast.FunctionDef) and node.name == "__init__"
+    )
+    arguments = init.args.args[1:]  # after self
+    defaults = init.args.defaults
+    defaults = [None] * (len(arguments) - len(defaults)) + defaults
     return {
-        name: p
-        for name, p in parameters.items()
-        if name != "self" and name not in OWN
+        a.arg: inspect.Parameter(
+            a.arg,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            default=_default(d, imported),
+            annotation=ast.unparse(a.annotation) if a.annotation else None,
+        )
+        for a, d in zip(arguments, defaults)
+        if a.arg not in OWN
     }
 
 
 def tuner_help() -> dict[str, str]:
     """Each argument's help: the first sentence of XLATuner's docstring
     entry for it."""
-    from keras_xla.tuner import XLATuner
-
-    doc = inspect.getdoc(XLATuner) or ""
+    doc = ast.get_docstring(_tuner_source()[0]) or ""
     args = doc.split("Args:", 1)[-1]
     found: dict[str, str] = {}
     for match in re.finditer(
@@ -136,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for name, p in tuner_parameters().items():
         text = helps.get(name, "") + f" (default: {p.default!r})"
+        text = text.replace("%", "%%")  # argparse formats help with %
         if p.annotation in (bool, "bool"):
             tuner.add_argument(
                 flag(name),

@@ -46,6 +46,10 @@ JIT_FLAG = {"on": "true", "off": "false", "auto": "auto"}
 BACKEND_NAMES = {"tensorflow": "TensorFlow", "jax": "JAX"}
 JIT_NAMES = {"on": "with XLA", "off": "without XLA", "auto": "XLA auto"}
 COMPARE_FILENAME = "xla_compare.json"
+# The command's own stderr lines (verdicts, progress), and how many of
+# the script's last lines say why a run failed.
+OWN_LINE = "keras-xla run:"
+LAST_LINES = 2
 # One round is enough when the fastest beats the next by this share.
 CLEAR_MARGIN = 0.10
 MAX_ROUNDS = 3
@@ -156,8 +160,9 @@ def environment(config: Configuration) -> dict:
 
 
 def run_once(config: Configuration, argv: list[str], env: dict) -> dict:
-    """Runs one configuration; its result (`script_run.result_dict`) and,
-    where it failed, the last line it printed on stderr."""
+    """Runs one configuration; its result (`script_run.result_dict`), its
+    exit code, and the last lines the script printed on stderr (the
+    command's own lines left out: they are verdicts, not failures)."""
     with tempfile.TemporaryDirectory(prefix="keras_xla_compare_") as tmp:
         path = os.path.join(tmp, "result.json")
         argv = [path if a == "{result}" else a for a in argv]
@@ -169,48 +174,70 @@ def run_once(config: Configuration, argv: list[str], env: dict) -> dict:
                 result = json.load(f)
         except (OSError, ValueError):
             result = {"code": done.returncode, "error": None, "fits": []}
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    lines = [
+        line.rstrip()
+        for line in done.stderr.splitlines()
+        if line.strip() and not line.startswith(OWN_LINE)
+    ]
     result["code"] = done.returncode
-    result["last_line"] = _why(lines)
+    result["last_lines"] = lines[-LAST_LINES:]
+    if not result.get("error"):
+        # A traceback printed before the result was written (or none).
+        result["error"] = next(
+            (line for line in reversed(lines) if _exception_line(line)), None
+        )
     return result
 
 
-def _why(lines: list[str]) -> str | None:
-    """The line that says why a run failed: its exception's, else its
-    last."""
-    for line in reversed(lines):
-        head = line.split(":", 1)[0]
-        if head.endswith(("Error", "Exception")) and " " not in head:
-            return line.strip()
-    return lines[-1].strip() if lines else None
+def _exception_line(line: str) -> bool:
+    """Whether `line` is a traceback's last (`SomeError: message`)."""
+    head = line.split(":", 1)[0]
+    return head.endswith(("Error", "Exception")) and " " not in head
 
 
-def row(config: Configuration, results: list[dict]) -> dict:
-    """A configuration's row from its rounds' results: fit seconds and
-    step time are medians over the rounds that trained, the step's range
-    spans theirs (the rest is the last round's); the reason where none
-    did."""
-    trained = [r for r in results if r["code"] == 0 and r["fits"]]
+def completed(fits: list[dict]) -> list[dict]:
+    """The fits that returned (a fit that raised has no time)."""
+    return [f for f in fits if f.get("seconds") is not None]
+
+
+def failure(result: dict) -> str:
+    """Why a run completed no fit: the script's exception, else its exit
+    code and last lines, else that it ran no fit."""
+    lines = result.get("last_lines") or []
+    if result["code"] == 0 and not result.get("fits"):
+        return "no fit() ran"
+    shown = result.get("error") or " / ".join(lines)
+    tail = f": {shown}" if shown else ""
+    if result["code"] == 0:
+        return "no fit() completed" + tail
+    return f"exit code {result['code']}" + tail
+
+
+def row(
+    config: Configuration, results: list[dict], default: bool = False
+) -> dict:
+    """A configuration's row from its rounds' results. Every round whose
+    fits completed counts, whatever the script's exit code: fit seconds
+    and step time are medians over them, the step's range spans theirs
+    (the rest is the last one's). Where no round completed a fit, the
+    row says why (`failure`). `default`: the configuration is the one
+    the script's default ran as."""
+    trained = [r for r in results if completed(r["fits"])]
+    codes = sorted({r["code"] for r in results})
     out: dict[str, Any] = {
         "configuration": config.label,
         "backend": config.backend,
         "jit": config.jit,
-        "default": config.default,
-        "rounds": len(results),
+        "default": config.default or default,
+        "rounds": len(trained) or len(results),
         "ok": bool(trained),
+        "exit_codes": codes,
         "why": None,
     }
     if not trained:
-        last = results[-1]
-        out["why"] = (
-            "no fit() ran"
-            if last["code"] == 0
-            else last.get("error")
-            or last.get("last_line")
-            or (f"exit code {last['code']}")
-        )
+        out["why"] = failure(results[-1])
         return out
-    summaries = [_summary(r["fits"]) for r in trained]
+    summaries = [_summary(completed(r["fits"])) for r in trained]
     seconds = [s["seconds"] for s in summaries if s["seconds"] is not None]
     out.update(summaries[-1])
     steps_ms = [s["step_ms"] for s in summaries if s["step_ms"] is not None]
@@ -232,9 +259,8 @@ def _summary(fits: list[dict]) -> dict:
     """One run's figures over its fits: times, steps and compilations
     summed; the step time and verdict of its longest fit."""
     longest = max(fits, key=lambda f: f["steps"])
-    seconds = [f["seconds"] for f in fits]
     return {
-        "seconds": None if None in seconds else round(sum(seconds), 3),
+        "seconds": round(sum(f["seconds"] for f in fits), 3),
         "steps": sum(f["steps"] for f in fits),
         "fits": len(fits),
         "compilations": sum(f["compilations"] for f in fits),
@@ -295,45 +321,73 @@ def ranked(rows: list[dict]) -> list[dict]:
     return sorted(timed, key=lambda r: r["seconds"])
 
 
+def separated(fast: dict, slow: dict) -> bool:
+    """Whether `fast` trained the script clearly faster than `slow`: by
+    `CLEAR_MARGIN` where either ran one round, by ranges that do not
+    overlap where both ran more."""
+    if min(fast["rounds"], slow["rounds"]) == 1:
+        return fast["seconds"] * (1 + CLEAR_MARGIN) < slow["seconds"]
+    return fast["seconds_range"][1] < slow["seconds_range"][0]
+
+
 def settled(rows: list[dict]) -> bool:
-    """Whether the fastest is clearly ahead of the next: by
-    `CLEAR_MARGIN` after one round, by ranges that do not overlap after
-    more."""
+    """Whether the fastest is clearly ahead of the next."""
     order = ranked(rows)
-    if len(order) < 2:
-        return True
-    best, second = order[0], order[1]
-    if best["rounds"] == 1:
-        return best["seconds"] * (1 + CLEAR_MARGIN) < second["seconds"]
-    return best["seconds_range"][1] < second["seconds_range"][0]
+    return len(order) < 2 or separated(order[0], order[1])
 
 
 def answer(rows: list[dict]) -> str:
     """The fastest configuration here, by how much against the script's
-    default, and the measured reason."""
+    default, and the measured reason; a lead is named only where the
+    rows' times separate, else they are indistinguishable here."""
     order = ranked(rows)
     if not order:
         return "No configuration trained the script: see each row's reason."
-    best = order[0]
+    best, steps = order[0], order[0]["steps"]
+    # The configurations indistinguishable from the fastest.
+    leaders = [r for r in order if r is best or not separated(best, r)]
     default = next((r for r in rows if r["default"]), None)
-    steps = best["steps"]
-    head = (
-        f"Fastest here for {steps} steps: {_name(best)}, "
-        f"{best['seconds']:.2f} s"
-    )
-    if default is None or not default["ok"] or default.get("seconds") is None:
-        return head + " (the script's default did not train: see its row)."
-    if default is best or default["seconds"] <= best["seconds"]:
-        return (
+    if default in leaders:
+        others = [r for r in leaders if r is not default]
+        text = (
             f"The script's default ({_name(default)}) is the fastest here "
             f"for {steps} steps: {default['seconds']:.2f} s."
         )
+        if others:
+            text = (
+                f"The script's default ({_name(default)}, "
+                f"{default['seconds']:.2f} s) is as fast as any here for "
+                f"{steps} steps: {_listed(others)} "
+                f"{'is' if len(others) == 1 else 'are'} indistinguishable "
+                "from it (their times overlap)."
+            )
+        return text
+    if len(leaders) == 1:
+        head = (
+            f"Fastest here for {steps} steps: {_name(best)}, "
+            f"{best['seconds']:.2f} s"
+        )
+    else:
+        head = (
+            f"Fastest here for {steps} steps, indistinguishable from each "
+            f"other: {_listed(leaders)}"
+        )
+    if default is None or not default["ok"] or default.get("seconds") is None:
+        return head + " (the script's default did not train: see its row)."
     ratio = default["seconds"] / best["seconds"]
-    text = (
-        f"{head}, {ratio:.2f}x faster than the script's default "
+    who = "," if len(leaders) == 1 else f"; {_name(best)} is"
+    return (
+        f"{head}{who} {ratio:.2f}x faster than the script's default "
         f"({_name(default)}, {default['seconds']:.2f} s). "
-    )
-    return text + _reason(best, default)
+    ) + _reason(best, default)
+
+
+def _listed(rows: list[dict]) -> str:
+    """`JAX with XLA (1.00 s) and JAX without XLA (1.05 s)`."""
+    names = [f"{_name(r)} ({r['seconds']:.2f} s)" for r in rows]
+    if len(names) == 1:
+        return names[0]
+    return ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _name(r: dict) -> str:
@@ -349,12 +403,18 @@ def _reason(best: dict, default: dict) -> str:
     parts = []
     fast, slow = best.get("step_ms"), default.get("step_ms")
     if fast and slow and fast > slow:
+        if best["compile_seconds"] < default["compile_seconds"]:
+            return (
+                f"Its steps are slower ({fast:.2f} ms against {slow:.2f} "
+                f"ms), but it compiled for {best['compile_seconds']:.2f} s "
+                f"where the default compiled for "
+                f"{default['compile_seconds']:.2f} s: over {best['steps']} "
+                "steps the default's steps never won back its start."
+            )
         return (
-            f"Its steps are slower ({fast:.2f} ms against {slow:.2f} ms), "
-            f"but it compiled for {best['compile_seconds']:.2f} s where the "
-            f"default compiled for {default['compile_seconds']:.2f} s: over "
-            f"{best['steps']} steps the default's steps never won back its "
-            "start."
+            f"Its steps are not faster ({fast:.2f} ms against {slow:.2f} "
+            "ms) and it compiled no less: the difference lies outside the "
+            "timed steps (start-up, tracing, evaluation)."
         )
     codes = default.get("codes") or []
     if "dispatch-bound-steps" in codes and default.get("dispatch_ms"):
@@ -379,21 +439,21 @@ def _reason(best: dict, default: dict) -> str:
 
 
 def table(rows: list[dict]) -> list[str]:
-    """The comparison as text lines: a row per configuration."""
+    """The comparison as text lines: a row per configuration, with the
+    exit codes of its rounds."""
     head = (
-        f"{'configuration':<44} {'rounds':>6} {'fits':>4} {'steps':>6} "
-        f"{'compiles':>8} {'compile s':>9} {'step ms (range)':>20} "
-        f"{'fit s':>8}  verdict"
+        f"{'configuration':<48} {'rounds':>6} {'exit':>4} {'fits':>4} "
+        f"{'steps':>6} {'compiles':>8} {'compile s':>9} "
+        f"{'step ms (range)':>20} {'fit s':>8}  verdict"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
-        label = r["configuration"]
-        if r["default"] and r["ok"]:
-            label += f" ({_name(r)})"
+        start = (
+            f"{r['configuration']:<48} {r['rounds']:>6} "
+            f"{','.join(map(str, r['exit_codes'])):>4}"
+        )
         if not r["ok"]:
-            lines.append(
-                f"{label:<44} {r['rounds']:>6}  cannot run: {r['why']}"
-            )
+            lines.append(f"{start}  cannot run: {r['why']}")
             continue
         step = "-"
         if r.get("step_ms") is not None:
@@ -401,11 +461,44 @@ def table(rows: list[dict]) -> list[str]:
             step = f"{r['step_ms']:.2f} ({low:.2f}-{high:.2f})"
         seconds = "-" if r["seconds"] is None else f"{r['seconds']:.2f}"
         lines.append(
-            f"{label:<44} {r['rounds']:>6} {r['fits']:>4} {r['steps']:>6} "
+            f"{start} {r['fits']:>4} {r['steps']:>6} "
             f"{r['compilations']:>8} {r['compile_seconds']:>9.2f} "
             f"{step:>20} {seconds:>8}  {r['headline'] or ''}"
         )
     return lines
+
+
+def shown_label(r: dict) -> str:
+    """A row's configuration as the table shows it: the script's default
+    named by what it ran as, or the row it was folded into marked as
+    the default."""
+    if not r["default"]:
+        return r["configuration"]
+    if r["backend"] is None and r["jit"] is None:
+        return r["configuration"] + (f" ({_name(r)})" if r["ok"] else "")
+    return f"{r['configuration']} (the script's default)"
+
+
+def twin(configs: list[Configuration], result: dict) -> Configuration | None:
+    """The configuration the script's default ran as (its longest
+    completed fit's backend and XLA setting), where the axes hold it:
+    the default is then that configuration's run, not a row of its own.
+    `auto` is a trial, never the same as a default."""
+    fits = completed(result["fits"])
+    if not fits:
+        return None
+    ran = max(fits, key=lambda f: f["steps"])
+    jit = "on" if ran["xla"] else "off"
+    return next(
+        (
+            c
+            for c in configs
+            if not c.default
+            and c.backend in (None, ran["backend"])
+            and c.jit in (None, jit)
+        ),
+        None,
+    )
 
 
 def passed_options(given: dict, steps: int | None) -> list[str]:
@@ -446,24 +539,41 @@ def main(args, given: dict, target: str, script_args: list) -> int:
     jit = given.get("jit_compile")
     jit = "none" if jit is None else str(jit).lower()
     results: dict[Configuration, list[dict]] = {c: [] for c in configs}
+    default = configs[0]  # the script's own: a row unless it is another
     rows: list[dict] = []
     for round_ in range(MAX_ROUNDS):
-        order = configs if round_ % 2 == 0 else configs[::-1]
+        order = configs[:] if round_ % 2 == 0 else configs[::-1]
         for config in order:
+            if len(results[config]) > round_:
+                continue  # the script's default ran as this one
             argv = command(
                 config, jit, passed, target, module, script_args,
                 args.log_dir, "{result}",
             )  # fmt: skip
-            results[config].append(run_once(config, argv, environment(config)))
+            result = run_once(config, argv, environment(config))
             print(
                 f"keras-xla run: round {round_ + 1}: {config.label} done",
                 file=sys.stderr,
             )
-        rows = [row(c, results[c]) for c in configs]
+            same = twin(configs, result) if config.default else None
+            if same is None:
+                results[config].append(result)
+                continue
+            # Never a configuration against itself: the default's run is
+            # a run of the configuration it equals, marked the default.
+            print(
+                f"keras-xla run: the script's default is {same.label}",
+                file=sys.stderr,
+            )
+            results[same].append(result)
+            configs.remove(config)
+            default = same
+        rows = [row(c, results[c], c == default) for c in configs]
         if round_ + 1 >= args.rounds and settled(rows):
             break
     against_no_xla(rows)
     for r in rows:
+        r["configuration"] = shown_label(r)
         # Each fit's TensorBoard run, as named under the log dir.
         r["runs"] = [
             os.path.join(os.path.relpath(d, args.log_dir), "train")

@@ -11,7 +11,8 @@ import pytest
 from keras_xla import cli, run_command, run_compare
 from keras_xla.core.report import XLAReport
 
-SCRIPTS = os.path.join(os.path.dirname(__file__), "scripts")
+TESTS = os.path.dirname(os.path.abspath(__file__))
+SCRIPTS = os.path.join(TESTS, "scripts")
 
 
 def script(name):
@@ -72,6 +73,62 @@ def test_a_script_runs_as_python_would_with_the_report_of_a_hand_edit(
     assert same_figures(ran) == same_figures(edited)
     assert ran.total_compilations == 2  # the full batches and the last 4
     assert ran.verdict.headline and edited.verdict.headline
+
+
+def test_a_script_keeps_its_own_backend_in_an_install_without_tensorflow(
+    tmp_path,
+):
+    # The script sets KERAS_BACKEND=jax before importing Keras; this
+    # process cannot import TensorFlow, as in a `[jax]` install.
+    env = dict(os.environ, PYTHONPATH=os.path.join(TESTS, "no_tensorflow"))
+    env.pop("KERAS_BACKEND", None)
+    done = keras_xla_run(
+        "--log-dir", str(tmp_path), "--verbose", "0",
+        script("own_backend.py"), env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[0] == "backend jax"
+    report = XLAReport.load(str(tmp_path / "own_backend" / "fit-1"))
+    assert report.environment["backend"] == "jax"
+    assert report.environment["tensorflow"] is None
+    assert sum(e.steps for e in report.epochs) == 4
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_fits_in_a_loop_and_sys_exit_main_keep_their_exit_code(
+    tmp_path, backend
+):
+    # Two fits from a function called in a loop, on a tf.data pipeline
+    # with steps_per_epoch; the script ends with sys.exit(main()) -> 3.
+    env = dict(os.environ, KERAS_BACKEND=backend)
+    done = keras_xla_run(
+        "--log-dir", str(tmp_path), "--verbose", "0", "--no-baseline",
+        script("main_exit.py"), "3", env=env,
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "steps 16"
+    for n in (1, 2):
+        where = tmp_path / "main_exit" / f"fit-{n}"
+        report = XLAReport.load(str(where))
+        assert report.environment["backend"] == backend
+        assert [e.steps for e in report.epochs] == [4, 4]
+        assert f"keras-xla run: fit-{n} ({where}): " in done.stderr
+
+
+def test_help_works_for_every_command():
+    for argv in (["--help"], *([c, "--help"] for c in cli.COMMANDS)):
+        done = subprocess.run(
+            [sys.executable, "-m", "keras_xla", *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, (argv, done.stderr[-2000:])
+        assert done.stdout.startswith("usage: keras-xla"), argv
+        assert "Traceback" not in done.stderr
+    # The tuner's flags and their help, `%` included, in `run --help`.
+    assert "--max-recompilations VALUE" in done.stdout
+    assert "5% of a longer first epoch" in done.stdout
 
 
 def test_steps_end_each_fit_and_the_verdicts_follow_the_output(
@@ -348,15 +405,14 @@ def test_compare_makes_a_row_per_configuration_and_says_why_one_cannot(
     assert code == 0
     comparison = json.loads(capsys.readouterr().out)
     rows = {r["configuration"]: r for r in comparison["rows"]}
-    assert list(rows) == [
-        "the script's default",
-        "TensorFlow with XLA",
-        "JAX with XLA",
-    ]
+    # The default (Keras's "auto": no XLA on TensorFlow's CPU) is none
+    # of the others: a row of its own, named by what it ran as.
+    default = "the script's default (TensorFlow without XLA)"
+    assert list(rows) == [default, "TensorFlow with XLA", "JAX with XLA"]
     jax_row = rows["JAX with XLA"]
     # Its tf.GradientTape train step cannot run on JAX: the row says why.
     assert not jax_row["ok"] and "train_step" in jax_row["why"]
-    for name in ("the script's default", "TensorFlow with XLA"):
+    for name in (default, "TensorFlow with XLA"):
         assert rows[name]["ok"] and rows[name]["steps"] == 24
         assert rows[name]["backend_seen"] == "tensorflow"
     assert rows["TensorFlow with XLA"]["xla"] is True
@@ -365,8 +421,12 @@ def test_compare_makes_a_row_per_configuration_and_says_why_one_cannot(
         (r for r in rows.values() if r["ok"]), key=lambda r: r["seconds"]
     )
     answer = comparison["answer"]
-    if fastest["default"]:
-        assert answer.startswith("The script's default (TensorFlow")
+    slowest = max(
+        (r for r in rows.values() if r["ok"]), key=lambda r: r["seconds"]
+    )
+    if fastest["default"] or not run_compare.separated(fastest, slowest):
+        # The default leads, or is indistinguishable from the leader.
+        assert answer.startswith("The script's default (TensorFlow without XLA")
     else:
         assert answer.startswith(
             f"Fastest here for 24 steps: TensorFlow with XLA, "
@@ -377,6 +437,122 @@ def test_compare_makes_a_row_per_configuration_and_says_why_one_cannot(
     saved = json.loads((tmp_path / "xla_compare.json").read_text())
     assert saved["answer"] == answer
     assert (tmp_path / "backend-tensorflow-jit-on" / "tf_train_step").is_dir()
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize(
+    "backend, default", [("tensorflow", "without XLA"), ("jax", "with XLA")]
+)
+def test_compare_counts_fits_whatever_the_exit_code_and_folds_the_default(
+    tmp_path, capsys, monkeypatch, backend, default
+):
+    monkeypatch.setenv("KERAS_BACKEND", backend)
+    monkeypatch.setattr(run_compare, "MAX_ROUNDS", 1)
+    code = cli.main(
+        [
+            "run", "--log-dir", str(tmp_path), "--steps", "4",
+            "--verbose", "0", "--json", "--rounds", "1",
+            "--compare", "jit=on,off", script("main_exit.py"), "3",
+        ]
+    )  # fmt: skip
+    assert code == 0
+    captured = capsys.readouterr()
+    comparison = json.loads(captured.out)
+    # Keras's "auto" default is XLA on JAX, no XLA on TensorFlow's CPU:
+    # the default's run is that row's, never a row against itself.
+    assert f"the script's default is {default}" in captured.err
+    rows = {r["configuration"]: r for r in comparison["rows"]}
+    other = "with XLA" if default == "without XLA" else "without XLA"
+    assert set(rows) == {f"{default} (the script's default)", other}
+    for r in rows.values():
+        # The script exited 3 after training: its fits count.
+        assert r["ok"] and r["exit_codes"] == [3], r
+        assert (r["rounds"], r["fits"], r["steps"]) == (1, 2, 8)
+        assert r["backend_seen"] == backend
+    assert rows[other]["default"] is False
+
+
+def test_a_row_says_why_no_fit_completed():
+    config = run_compare.Configuration("jax", "on")
+    fit = {"seconds": None, "steps": 3}  # it raised
+    cases = [
+        ({"code": 0, "fits": []}, "no fit() ran"),
+        (
+            {"code": 3, "fits": [], "error": None,
+             "last_lines": ["loading data", "no data found"]},
+            "exit code 3: loading data / no data found",
+        ),
+        (
+            {"code": 1, "fits": [fit], "error": "ValueError: bad shape",
+             "last_lines": ["ValueError: bad shape"]},
+            "exit code 1: ValueError: bad shape",
+        ),
+    ]  # fmt: skip
+    for result, why in cases:
+        out = run_compare.row(config, [result])
+        assert (out["ok"], out["why"], out["exit_codes"]) == (
+            False,
+            why,
+            [result["code"]],
+        )
+        # A failure is never shown as a verdict.
+        assert "headline" not in out
+
+
+def test_rows_that_do_not_separate_are_indistinguishable():
+    default = run_compare.Configuration()
+    jax_on = run_compare.Configuration("jax", "on")
+    jax_off = run_compare.Configuration("jax", "off")
+    rows = [
+        row(default, 3.0, step_ms=0.9, xla=False),
+        row(jax_on, 1.0, step_ms=0.3, compile_seconds=0.2),
+        row(jax_off, 1.05, step_ms=0.31),
+    ]
+    rows[0]["xla"] = rows[2]["xla"] = False
+    text = run_compare.answer(rows)
+    assert text.startswith(
+        "Fastest here for 32 steps, indistinguishable from each other: "
+        "JAX with XLA (1.00 s) and JAX without XLA (1.05 s); JAX with XLA "
+        "is 3.00x faster than the script's default (TensorFlow without "
+        "XLA, 3.00 s)."
+    )
+    assert not run_compare.settled(rows)
+    # The default within the leader's noise: no lead is named.
+    rows[0].update(seconds=1.02, seconds_range=[1.02, 1.02])
+    assert run_compare.answer(rows) == (
+        "The script's default (TensorFlow without XLA, 1.02 s) is as fast "
+        "as any here for 32 steps: JAX with XLA (1.00 s) and JAX without "
+        "XLA (1.05 s) are indistinguishable from it (their times overlap)."
+    )
+    # Slower steps, no less compiling: the gap is outside the steps.
+    rows[0].update(seconds=3.0, seconds_range=[3.0, 3.0], step_ms=0.2)
+    rows[2].update(seconds=2.0, seconds_range=[2.0, 2.0])
+    assert run_compare.answer(rows).endswith(
+        "Its steps are not faster (0.30 ms against 0.20 ms) and it "
+        "compiled no less: the difference lies outside the timed steps "
+        "(start-up, tracing, evaluation)."
+    )
+
+
+def test_the_default_folds_into_the_row_it_ran_as():
+    configs = run_compare.configurations(
+        run_compare.parse_axes(["backend=tensorflow,jax", "jit=on,off"])
+    )
+
+    def ran(backend, xla):
+        fit = {"seconds": 1.0, "steps": 8, "backend": backend, "xla": xla}
+        return {"code": 0, "fits": [fit]}
+
+    twin = run_compare.twin
+    assert twin(configs, ran("jax", True)) == configs[3]  # JAX with XLA
+    assert twin(configs, ran("tensorflow", False)) == configs[2]
+    # Axes without that backend: the default stays a row of its own.
+    only_jax = run_compare.configurations({"backend": ("jax",)})
+    assert twin(only_jax, ran("tensorflow", False)) is None
+    # XLA "auto" is a trial, never the default's equal.
+    auto = run_compare.configurations({"jit": ("auto",)})
+    assert twin(auto, ran("jax", True)) is None
+    assert twin(configs, {"code": 1, "fits": []}) is None
 
 
 def test_the_tab_shows_a_comparison_with_each_rows_run():

@@ -367,7 +367,7 @@ def comparison_entry(run: str, text: str) -> dict | None:
     keep = (
         "configuration", "ok", "why", "steps", "compilations",
         "compile_seconds", "step_ms", "seconds", "headline", "default",
-        "backend_seen", "xla",
+        "backend_seen", "xla", "exit_codes",
     )  # fmt: skip
     return {
         "run": run,

@@ -600,8 +600,6 @@ function compareCard(result) {
   return card;
 }
 
-const BACKENDS = { tensorflow: "TensorFlow", jax: "JAX" };
-
 function comparisonCard(c, choose) {
   // keras-xla run --compare: which backend and XLA setting trained the
   // script fastest here; each row opens its configuration's run.
@@ -609,18 +607,18 @@ function comparisonCard(c, choose) {
   card.append(el("h2", { text: `Backends and XLA settings: ${c.script}` }));
   card.append(el("p", { class: "prose answer", text: c.answer }));
   const rows = c.rows.map((r) => {
-    const measured = r.default && r.ok
-      ? ` (${BACKENDS[r.backend_seen] ?? r.backend_seen} ` +
-        `${r.xla ? "with" : "without"} XLA)` : "";
+    // The script's exit codes where one was not 0 (its fits still count).
+    const codes = (r.exit_codes ?? []).filter((code) => code !== 0);
+    const exited = codes.length ? `(exit code ${codes.join(", ")}) ` : "";
     const tr = el("tr", { class: r.runs.length ? "comparison-row" : null },
-      el("td", { class: "nowrap", text: r.configuration + measured }),
+      el("td", { class: "nowrap", text: r.configuration }),
       ...(r.ok ? [
         el("td", { class: "num", text: String(r.steps) }),
         el("td", { class: "num", text: String(r.compilations) }),
         el("td", { class: "num", text: num(r.compile_seconds) }),
         el("td", { class: "num", text: num(r.step_ms) }),
         el("td", { class: "num", text: num(r.seconds) }),
-        el("td", { class: "prose", text: r.headline ?? "" }),
+        el("td", { class: "prose", text: exited + (r.headline ?? "") }),
       ] : [
         el("td", { class: "prose finding warning", colspan: "6",
           text: `cannot run: ${r.why}` }),
