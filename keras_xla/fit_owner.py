@@ -177,7 +177,7 @@ class FitOwner:
             # and the model is put back.
             self._release()
             self._leave_model()
-        self.report.verdict = verdict_lib.build(self.report)
+        self._judge()
         if self.report.worker is not None:
             self.report.worker["finished"] = True
         job = self._job_report()
@@ -447,8 +447,6 @@ class FitOwner:
             stats.epoch,
             times["median"],
             int(self.model.steps_per_execution or 1),
-            self.report.total_compile_seconds,
-            self.params,
             misaligned,
             stats.steps,
             dispatch_ms=times.get("dispatch_median"),
@@ -458,7 +456,17 @@ class FitOwner:
 
     def _conclude(self, stats: Any, records: list) -> None:
         """The epoch's last stage: the verdict so far."""
+        self._judge()
+
+    def _judge(self) -> None:
+        """The verdict, and the finding that reads it (whether compiling
+        pays back is said once, by the verdict)."""
         self.report.verdict = verdict_lib.build(self.report)
+        planned = verdict_lib.planned_steps(self.params)
+        self.book.revise(
+            codes.COMPILE_DOMINATES,
+            verdict_lib.compile_dominates(self.report, planned),
+        )
 
     # The recompilation guard.
 

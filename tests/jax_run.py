@@ -132,7 +132,6 @@ def summary(tuner, start):
             ],
             "tuner": [e.step_time_ms["tuner_median"] for e in report.epochs],
             "steps": [e.steps for e in report.epochs],
-            "compile_seconds": [e.compile_seconds for e in report.epochs],
             "params": {k: tuner.params.get(k) for k in ("steps", "epochs")},
             "spe": int(tuner.model.steps_per_execution or 1),
         },

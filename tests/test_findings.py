@@ -37,6 +37,27 @@ def test_a_cause_whose_message_changes_is_recorded_and_warned_once():
     assert caught[0].filename == __file__
 
 
+def test_a_revised_finding_is_reworded_or_withdrawn_and_warned_once():
+    findings_list = []
+    book = FindingBook(findings_list)
+    code = findings.COMPILE_DOMINATES
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        book.revise(code, ("Compiling took 2.0 s.", "Train longer."))
+        book.revise(code, ("Compiling took 2.5 s.", "Train longer."))
+    assert [(f.code, f.message) for f in findings_list] == [
+        (code, "Compiling took 2.5 s.")
+    ]
+    assert len(caught) == 1
+    book.revise(code, None)  # the verdict says it paid back after all
+    assert findings_list == []
+    book.revise(code, None)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        book.revise(code, ("Again.", "Fix."))
+    assert [f.message for f in findings_list] == ["Again."]
+
+
 def test_places_keep_distinct_causes_apart():
     book = FindingBook([])
     with warnings.catch_warnings(record=True) as caught:

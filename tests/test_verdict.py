@@ -61,6 +61,42 @@ def test_a_long_run_paid_off_and_a_slower_step_never_does():
     assert step["seconds"] == pytest.approx(0.75)
 
 
+def test_compile_dominates_reads_the_verdict():
+    # 14x faster, paid back after 2 steps: no finding says otherwise,
+    # however long compiling took against the run's training time.
+    fast = report_with(14.0, 1.0, 30, 0.02)
+    fast.verdict = verdict.build(fast)
+    assert fast.verdict.paid_back is True
+    assert verdict.compile_dominates(fast, planned=30) is None
+    # Pays back after 1,500 steps: not in 15, nor in the 900 planned.
+    slow = report_with(2.0, 1.0, 15, 1.5)
+    slow.verdict = verdict.build(slow)
+    message, fix = verdict.compile_dominates(slow, planned=900)
+    assert message == (
+        "Compiling took 1.5 s and it would pay back after 1,500 steps; "
+        "this run has 900: XLA does not pay back its compile time here "
+        "(the verdict)."
+    )
+    assert "compile_cache" in fix
+    # ... but it does in the 2,000 planned: the verdict's "not yet" is
+    # about the steps so far, this finding about the run.
+    assert verdict.compile_dominates(slow, planned=2000) is None
+    # No baseline: the time it took, and the speedup XLA would need.
+    unknown = report_with(2.0, 1.0, 10, 0.05)
+    unknown.baseline = None
+    unknown.verdict = verdict.build(unknown)
+    message, _ = verdict.compile_dominates(unknown, planned=10)
+    assert message.startswith(
+        "Compiling took 0.1 s against about 0.01 s of training (10 steps): "
+        "to pay it back, XLA must make each step 6.0x faster"
+    )
+    # XLA off: nothing to pay back.
+    off = report_with(2.0, 1.0, 15, 1.5)
+    off.jit = JitInfo(False, False, "off")
+    off.verdict = verdict.build(off)
+    assert verdict.compile_dominates(off, planned=15) is None
+
+
 def test_next_steps_are_ranked_by_seconds():
     report = report_with(
         2.0,

@@ -267,3 +267,18 @@ class FindingBook:
                 f"{finding.compile_seconds:.2f} s of compiling."
             )
         return finding
+
+    def revise(self, code: str, found: tuple[str, str] | None) -> None:
+        """Keeps a finding that a later measurement may revise true: with
+        `found` (`(message, fix)`), recorded (warned the first time) or
+        reworded; without, withdrawn. Place-less codes only."""
+        finding = self._by_key.get((code,))
+        if found is None:
+            if finding is not None:
+                del self._by_key[(code,)]
+                self.findings.remove(finding)
+            return
+        if finding is None:
+            self.add(code, *found)
+        else:
+            finding.message, finding.fix = found

@@ -113,33 +113,6 @@ def tuner_overhead(
     )
 
 
-def compile_dominates(
-    compile_seconds: float, median_ms: float | None, planned_steps: int | None
-) -> tuple[str, str] | None:
-    """Compiling took more than half the planned training time."""
-    if not median_ms or not planned_steps:
-        return None
-    train_seconds = planned_steps * median_ms / 1000.0
-    if compile_seconds <= 0.5 * train_seconds:
-        return None
-    return (
-        f"Compiling took {compile_seconds:.1f} s against about "
-        f"{train_seconds:.1f} s of planned training ({planned_steps} "
-        "steps): XLA will not pay back its compile time in this run.",
-        "Train longer, use the persistent compile cache "
-        "(XLATuner(compile_cache=DIR)), or train without XLA.",
-    )
-
-
-def planned_steps(params: dict | None) -> int | None:
-    """Steps per epoch times epochs, when Keras knows both."""
-    params = params or {}
-    steps, epochs = params.get("steps"), params.get("epochs")
-    if isinstance(steps, int) and isinstance(epochs, int):
-        return steps * epochs
-    return None
-
-
 def tensor_core_alignment(misaligned: list[str]) -> tuple[str, str] | None:
     """Sizes (`alignment.tensor_core_misalignment`) that keep
     low-precision math off a GPU's tensor cores."""
@@ -156,16 +129,15 @@ def epoch_lints(
     epoch: int,
     median_ms: float | None,
     steps_per_execution: int,
-    compile_seconds: float,
-    params: dict | None,
     misaligned: list[str] = (),
     steps: int | None = None,
     dispatch_ms: float | None = None,
     tuner_ms: float | None = None,
     input_ms: float | None = None,
 ) -> list[tuple[str, str, str]]:
-    """Every lint of one epoch, as `(code, message, fix)`; the
-    first-epoch lints (alignment, compile cost) only for epoch 0."""
+    """Every lint of one epoch, as `(code, message, fix)`; the alignment
+    lint only for epoch 0. Whether compiling pays back is the verdict's
+    to say (`verdict.compile_dominates`), not a lint's."""
     found = []
     if steps == 0:
         found.append(
@@ -182,14 +154,6 @@ def epoch_lints(
     if epoch == 0:
         found.append(
             (codes.TENSOR_CORE_ALIGNMENT, tensor_core_alignment(misaligned))
-        )
-        found.append(
-            (
-                codes.COMPILE_DOMINATES,
-                compile_dominates(
-                    compile_seconds, median_ms, planned_steps(params)
-                ),
-            )
         )
     found.append(
         (

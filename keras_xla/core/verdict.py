@@ -121,6 +121,74 @@ def against_run(
     return measured
 
 
+def planned_steps(params: dict | None) -> int | None:
+    """Steps per epoch times epochs, when Keras knows both."""
+    params = params or {}
+    steps, epochs = params.get("steps"), params.get("epochs")
+    if isinstance(steps, int) and isinstance(epochs, int):
+        return steps * epochs
+    return None
+
+
+COMPILE_FIX = (
+    "Train longer, use the persistent compile cache "
+    "(XLATuner(compile_cache=DIR)), or train without XLA."
+)
+
+
+def compile_dominates(
+    report: XLAReport, planned: int | None
+) -> tuple[str, str] | None:
+    """`(message, fix)` where compiling costs this run more than XLA
+    saves it, read from the verdict (`report.verdict`), so no finding
+    says otherwise: where the no-XLA step was measured, compiling does
+    not pay back in the run's `planned` steps (its whole length, where
+    Keras knows it); where it was not, compiling took more than half the
+    planned training time. None where it pays back, or XLA is off."""
+    v = report.verdict
+    if v is None or not v.xla_enabled or not v.compile_seconds:
+        return None
+    steps = max(planned or 0, v.train_steps or 0)
+    spent = f"Compiling took {v.compile_seconds:.1f} s"
+    if v.speedup is not None:
+        if v.break_even_steps is not None and v.break_even_steps <= steps:
+            return None
+        why = (
+            f"it would pay back after {v.break_even_steps:,} steps"
+            if v.break_even_steps is not None
+            else "XLA's step is not faster"
+        )
+        return (
+            f"{spent} and {why}; this run has {steps:,}: XLA does not pay "
+            "back its compile time here (the verdict).",
+            COMPILE_FIX,
+        )
+    if v.paid_back is False:
+        return (
+            f"{spent}, more than this run's {v.train_steps:,} steps could "
+            "save even if XLA's step took no time (the verdict).",
+            COMPILE_FIX,
+        )
+    medians = [
+        e.step_time_ms["median"]
+        for e in report.epochs
+        if (e.step_time_ms or {}).get("median")
+    ]
+    if not medians or not steps:
+        return None
+    train_seconds = steps * statistics.median(medians) / 1000.0
+    if v.compile_seconds <= 0.5 * train_seconds:
+        return None
+    needed = (train_seconds + v.compile_seconds) / train_seconds
+    return (
+        f"{spent} against about {train_seconds:.2f} s of training "
+        f"({steps:,} steps): to pay it back, XLA must make each step "
+        f"{needed:.1f}x faster than without it; no no-XLA step was "
+        "measured to say whether it does.",
+        COMPILE_FIX + " Keep the tuner's baseline on to measure it.",
+    )
+
+
 def input_wait_ms(report: XLAReport) -> float | None:
     """The median over epochs of each step's wait for its batch (ms),
     where it was measured apart (None elsewhere)."""
