@@ -64,31 +64,34 @@ def configure_jit(
     enabled = bool(model.jit_compile) and not model.run_eagerly
     changed = bool(model.jit_compile) != before
     finding = None
-    if requested and not enabled:
-        if model.run_eagerly:
-            finding = (
-                codes.JIT_DISABLED_RUN_EAGERLY,
-                "XLA is off: the model was compiled with run_eagerly=True, "
-                "so Keras runs the JAX step op by op.",
-                "Compile the model with run_eagerly=False.",
-            )
-        else:
-            layers = [
-                layer.name
-                for layer in model._flatten_layers()
-                if not getattr(layer, "supports_jit", True)
-            ]
-            finding = (
-                codes.JIT_DISABLED_BY_LAYER,
-                "XLA is off: Keras keeps jit_compile off because these "
-                f"layers do not support it: {', '.join(layers) or '?'}.",
-                "Move those layers into the input pipeline, or replace "
-                "them with layers that support XLA.",
-            )
     if enabled:
         reason = "Keras's JAX trainer jit-compiles the whole step."
-    elif finding is not None:
-        reason = finding[1]
+    elif requested and model.run_eagerly:
+        reason = (
+            "the model was compiled with run_eagerly=True, so Keras runs "
+            "the JAX step op by op."
+        )
+        finding = (
+            codes.JIT_DISABLED_RUN_EAGERLY,
+            f"XLA is off: {reason}",
+            "Compile the model with run_eagerly=False.",
+        )
+    elif requested:
+        layers = [
+            layer.name
+            for layer in model._flatten_layers()
+            if not getattr(layer, "supports_jit", True)
+        ]
+        reason = (
+            "Keras keeps jit_compile off because these layers do not "
+            f"support it: {', '.join(layers) or '?'}."
+        )
+        finding = (
+            codes.JIT_DISABLED_BY_LAYER,
+            f"XLA is off: {reason}",
+            "Move those layers into the input pipeline, or replace them "
+            "with layers that support XLA.",
+        )
     else:
         reason = "jit_compile is off: the step runs op by op."
     return JitInfo(requested, enabled, reason), finding, changed
