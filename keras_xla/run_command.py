@@ -221,6 +221,8 @@ def split(argv: Sequence[str]) -> tuple[list[str], list[str]]:
         token = argv[i]
         if token == "-m":
             return ours + argv[i : i + 2], argv[i + 2 :]
+        if token == "--":  # the rest is the script's, as with python
+            return ours, argv[i + 1 :]
         if token == "--compare":
             ours.append(token)
             i += 1

@@ -1,6 +1,7 @@
 """`keras-xla run`: a script under the tuner without an edit, and the
 comparison of backends and XLA settings."""
 
+import inspect
 import json
 import os
 import subprocess
@@ -238,6 +239,20 @@ def test_the_tuners_flags_come_from_its_signature():
     # The script's own flags stay the script's.
     assert ours == ["--jit-compile", "auto", "--no-baseline"]
     assert theirs == ["s.py", "--steps", "3"]
+    # `--` ends the command's options, as for python (after --compare's
+    # values, say).
+    assert run_command.split(
+        ["--compare", "jit=on,off", "--", "s.py", "-v"]
+    ) == (["--compare", "jit=on,off"], ["s.py", "-v"])
+    # XLATuner's signature, read from its source without importing it
+    # (which would import Keras): the same as the class's own.
+    from keras_xla.tuner import XLATuner
+
+    real = inspect.signature(XLATuner.__init__).parameters
+    read = run_command.tuner_parameters()
+    assert list(read) == [n for n in real if n not in ("self", "log_dir")]
+    for name, p in read.items():
+        assert p.default == real[name].default, name
     args = parser.parse_args(ours)
     assert run_command.tuner_arguments(args) == {
         "jit_compile": "auto",
