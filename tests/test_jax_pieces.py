@@ -408,6 +408,24 @@ def test_baseline_section_from_the_trials_windows():
     assert len(records) == 48
 
 
+def test_a_baseline_cut_short_widens_its_range_for_the_unsettled_side():
+    runner = plan(200)  # three rounds of 8 calls a side
+
+    def seconds(candidate, call):
+        first = call % 8 == 0
+        if candidate.jit:
+            return 0.5 if call == 0 else (0.004 if first else 0.002)
+        return 0.05 if first else 0.010
+
+    # The fit ends after two windows a side: none is left out as
+    # settling, so the no-XLA median may be up to 1.6x too slow.
+    section, _ = drive(runner, seconds, 32)
+    assert (section.rounds, section.settling_rounds) == (2, 0)
+    assert (section.no_xla_step_ms, section.xla_step_ms) == (10.0, 2.0)
+    assert section.speedup_high == 5.0
+    assert section.speedup_low == pytest.approx(5.0 / 1.6, abs=1e-3)
+
+
 def test_baseline_gets_more_rounds_while_its_range_is_not_useful():
     def even(candidate, call):
         # Rounds alternate which side is faster: the range straddles 1.

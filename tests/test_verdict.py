@@ -175,9 +175,27 @@ def test_the_speedup_has_a_range_and_noise_is_said():
     )
     report.baseline.speedup_low = 0.9
     noisy = verdict.build(report)
-    assert noisy.headline.startswith(
+    # At the range's top (1.40x) it would pay back after 876 steps of
+    # the 100,000: whether it did is unknown.
+    assert noisy.paid_back is None
+    assert noisy.headline == (
+        "Whether XLA paid off is unknown: XLA's effect is within the noise "
+        "of this run (1.25x, 0.90-1.40, 2.00 -> 1.60 ms in the baseline "
+        "windows); at 1.40x its 0.5 s of compiling would pay back after "
+        "876 of this run's 100,000 steps."
+    )
+    # In 500 steps not even the range's top pays back: it did not.
+    report.epochs[0].steps = 500
+    short = verdict.build(report)
+    assert short.paid_back is False
+    assert short.headline.startswith(
         "XLA's effect is within the noise of this run (1.25x, 0.90-1.40,"
     )
+    assert short.headline.endswith(
+        "compiling cost 0.5 s; even at 1.40x it would pay back only after "
+        "876 steps: it did not pay off."
+    )
+    report.epochs[0].steps = 100_000
     # Old reports (no range) read as before.
     report.baseline.speedup_low = report.baseline.speedup_high = None
     assert "-" not in verdict.build(report).headline.split("x")[0]

@@ -108,6 +108,12 @@ class Tunables:
             its medians and range where two more remain (a step function
             keeps getting faster for a window's worth of calls after its
             first; BENCHMARKS.md, "The no-XLA step settles").
+        unsettled_slowdown: How much slower than its settled step a
+            no-XLA window can run before it settles (measured: 1.05-1.6x,
+            BENCHMARKS.md, "The no-XLA step settles"). Where a short run
+            left the baseline no settling window to leave out, its
+            speedup's range reaches down by this factor: the no-XLA
+            median may be that much too slow.
         burst_share: A window whose median step is under this share of
             its mean step was stamped in bursts (a step shorter than
             Keras's own work between steps: its batch ends reach the
@@ -136,6 +142,7 @@ class Tunables:
     baseline_min_steps: int = 12
     baseline_warmup_steps: int = 20
     settling_windows: int = 1
+    unsettled_slowdown: float = 1.6
     burst_share: float = 0.5
 
 

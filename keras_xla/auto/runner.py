@@ -527,6 +527,12 @@ class TrialRunner:
         steady = trial.steady_windows(no_xla)
         # The rounds that ran (the data may end first).
         rounds = len(trial.windows_of(no_xla))
+        t = trial.tunables
+        if found and rounds - len(steady) < t.settling_windows:
+            # Too short a run to leave the no-XLA side's settling window
+            # out: its median may be that much too slow, XLA's speedup
+            # that much too high.
+            found = (found[0] / t.unsettled_slowdown, found[1])
         section = BaselineSection(
             speedup_low=round(found[0], 3) if found else None,
             speedup_high=round(found[1], 3) if found else None,

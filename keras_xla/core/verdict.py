@@ -58,12 +58,17 @@ def build(report: XLAReport) -> Verdict:
         if speedup is None
         else bool(break_even is not None and steps >= break_even)
     )
+    low, high = speedup_range(report) if speedup is not None else (None,) * 2
+    if low is not None and high is not None and low <= 1.0 <= high:
+        # Within the noise: it paid off only if even the range's top
+        # could not have paid back, it did not; else nobody knows.
+        best = best_case_break_even(base, high, compile_s)
+        paid_back = False if best is None or best > steps else None
     # The most the run could save, even with an XLA step of no time.
     bound_ms = (base or no_xla_bound_ms(report)) if enabled else None
     bound = round(bound_ms / 1000.0 * steps, 3) if bound_ms else None
     if bound is not None and compile_s > bound:
         paid_back = False
-    low, high = speedup_range(report) if speedup is not None else (None,) * 2
     wait_ms = input_wait_ms(report)
     input_share = compute = None
     if wait_ms is not None and xla:
@@ -151,11 +156,19 @@ def compile_dominates(
     steps = max(planned or 0, v.train_steps or 0)
     spent = f"Compiling took {v.compile_seconds:.1f} s"
     if v.speedup is not None:
-        if v.break_even_steps is not None and v.break_even_steps <= steps:
+        noisy = v.speedup_low is not None and v.speedup_high is not None
+        noisy = noisy and v.speedup_low <= 1.0 <= v.speedup_high
+        needed = v.break_even_steps
+        if noisy:  # what the range's top would need
+            needed = best_case_break_even(
+                v.baseline_step_ms, v.speedup_high, v.compile_seconds
+            )
+        if needed is not None and needed <= steps:
             return None
         why = (
-            f"it would pay back after {v.break_even_steps:,} steps"
-            if v.break_even_steps is not None
+            f"it would pay back after {needed:,} steps"
+            + (f" even at {v.speedup_high:.2f}x" if noisy else "")
+            if needed is not None
             else "XLA's step is not faster"
         )
         return (
@@ -187,6 +200,17 @@ def compile_dominates(
         "measured to say whether it does.",
         COMPILE_FIX + " Keep the tuner's baseline on to measure it.",
     )
+
+
+def best_case_break_even(
+    base_ms: float | None, high: float | None, compile_s: float
+) -> int | None:
+    """The steps compiling needs to pay back were XLA's speedup the top
+    of its range, `high`; None where even that saves nothing."""
+    if not base_ms or high is None or high <= 1.0:
+        return None
+    saved_ms = base_ms - base_ms / high
+    return math.ceil(compile_s / (saved_ms / 1000.0))
 
 
 def input_wait_ms(report: XLAReport) -> float | None:
@@ -283,10 +307,29 @@ def _headline(report: XLAReport, v: Verdict) -> str:
         and v.speedup_high is not None
         and v.speedup_low <= 1.0 <= v.speedup_high
     ):
-        return (
+        noise = (
             f"XLA's effect is within the noise of this run "
-            f"({_speedup_text(v)}, {times} in the baseline windows) and "
-            f"compiling cost {v.compile_seconds:.1f} s: it did not pay off."
+            f"({_speedup_text(v)}, {times} in the baseline windows)"
+        )
+        best = best_case_break_even(
+            v.baseline_step_ms, v.speedup_high, v.compile_seconds
+        )
+        if v.paid_back is None:
+            return (
+                f"Whether XLA paid off is unknown: {noise}; at "
+                f"{v.speedup_high:.2f}x its "
+                f"{v.compile_seconds:.1f} s of compiling would pay back "
+                f"after {best:,} of this run's {v.train_steps:,} steps."
+            )
+        at_best = (
+            f"; even at {v.speedup_high:.2f}x it would pay back only after "
+            f"{best:,} steps"
+            if best is not None
+            else ""
+        )
+        return (
+            f"{noise} and compiling cost {v.compile_seconds:.1f} s"
+            f"{at_best}: it did not pay off."
         )
     if v.speedup <= 1.0:
         return (
