@@ -612,3 +612,20 @@ def test_a_shape_another_step_function_ran_is_new_to_the_xla_step():
     report = XLAReport()
     Accountant(report, FindingBook(report.findings)).finish_epoch(records)
     assert [r.cause for r in report.recompilations] == ["partial_batch"]
+
+
+def test_xla_off_is_said_once_in_the_verdict():
+    import keras
+
+    from keras_xla.core import verdict
+    from keras_xla.jax_backend import environment
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse", run_eagerly=True)
+    info, finding, _ = environment.configure_jit(model, True)
+    assert finding[0] == "jit-disabled-run-eagerly"
+    assert finding[1].startswith("XLA is off: the model was compiled with ")
+    report = XLAReport(jit=info)
+    headline = verdict.build(report).headline
+    assert headline.startswith("XLA is off: the model was compiled with ")
+    assert headline.count("XLA is off") == 1
