@@ -17,6 +17,7 @@ _EXPORTS = {
     "XLAModel": "keras_xla.backends",
     "XLARecompilationWarning": "keras_xla.core.findings",
     "XLARecompileStormError": "keras_xla.core.guard",
+    "XLAUnsupportedOpError": "keras_xla.core.findings",
     "XLAReport": "keras_xla.core.report",
     "XLATuner": "keras_xla.tuner",
     "check_flags": "keras_xla.tf_backend.flags",

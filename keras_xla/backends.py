@@ -23,14 +23,14 @@ SERVED = (TENSORFLOW, JAX)
 # Each backend's package for each part (module, attribute).
 _PARTS = {
     TENSORFLOW: {
-        "fit_owner": ("keras_xla.tf_backend.fit_run", "FitRun"),
+        "fit_adapter": ("keras_xla.tf_backend.fit_adapter", "FitAdapter"),
         "compile_cache": ("keras_xla.tf_backend.compile_cache", None),
         "doctor": ("keras_xla.tf_backend.doctor", None),
         "xla_model": ("keras_xla.tf_backend.xla_model", "XLAModel"),
         "environment": ("keras_xla.tf_backend.environment", None),
     },
     JAX: {
-        "fit_owner": ("keras_xla.jax_backend.fit_run", "FitRun"),
+        "fit_adapter": ("keras_xla.jax_backend.fit_adapter", "FitAdapter"),
         "compile_cache": ("keras_xla.jax_backend.compile_cache", None),
         "doctor": ("keras_xla.jax_backend.doctor", None),
         "xla_model": ("keras_xla.jax_backend.xla_model", "XLAModel"),
@@ -139,9 +139,9 @@ def _part(part: str) -> Any:
     return loaded if attribute is None else getattr(loaded, attribute)
 
 
-def fit_owner() -> type:
-    """The class that owns one `fit` on this backend."""
-    return _part("fit_owner")
+def fit_adapter() -> type:
+    """What one `fit` needs of this backend (`fit_owner.FitAdapter`)."""
+    return _part("fit_adapter")
 
 
 def worker(model: Any) -> Any:
@@ -208,19 +208,36 @@ def raise_for_flags() -> None:
 def at_import() -> None:
     """What `import keras_xla` does for the backend: on TensorFlow, fix
     the flags TensorFlow would abort on and set up the compile ledger
-    before TensorFlow's first op; on JAX, leave TensorFlow's flags alone."""
+    before TensorFlow's first op; on another backend nothing (nothing of
+    TensorFlow's is loaded, and its flags are left alone)."""
+    if name() != TENSORFLOW:
+        return
     from keras_xla.tf_backend import compile_ledger, flag_guard
 
-    backend = name()
-    if backend == TENSORFLOW:
-        flag_guard.guard(tensorflow_started=compile_ledger.tensorflow_started())
-        compile_ledger.install()
-        compile_ledger.remove_stale_ledgers()
-    else:
-        compile_ledger.leave_off(
-            f"the Keras backend is {backend}, so TensorFlow's flags are "
-            "left alone"
-        )
+    flag_guard.guard(tensorflow_started=compile_ledger.tensorflow_started())
+    compile_ledger.install()
+    compile_ledger.remove_stale_ledgers()
+
+
+def user_environment() -> dict[str, str]:
+    """This process's environment as the user set it, for a child that
+    picks its own backend: without the compile ledger's flag `import
+    keras_xla` added for TensorFlow (the user's `TF_XLA_FLAGS` back)."""
+    env = dict(os.environ)
+    ledger = sys.modules.get("keras_xla.tf_backend.compile_ledger")
+    if ledger is not None and ledger.status().owned:
+        env.pop("TF_XLA_FLAGS", None)
+        if ledger.status().user_flags is not None:
+            env["TF_XLA_FLAGS"] = ledger.status().user_flags
+    return env
+
+
+def set_auto_clustering(on: bool) -> None:
+    """Turns TensorFlow's auto-clustering (`set_jit`) on or off (the
+    trial's candidates; only TensorFlow has it)."""
+    from keras_xla.tf_backend import autoclustering
+
+    autoclustering.set_jit(on)
 
 
 def auto_clustering() -> bool | None:

@@ -9,10 +9,13 @@ a truncated file nor a temporary one.
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import Any
 
 from keras_xla.core import files
 from keras_xla.core import findings as codes
+from keras_xla.core.report import REPORT_FILENAME
 from keras_xla.core.summaries import JOB_TAG, EventWriter, write_epoch
 
 
@@ -23,24 +26,12 @@ class FitOutputs:
         settings: The tuner's checked arguments.
         report: The fit's `XLAReport`.
         book: The fit's `FindingBook`.
-        writer_class: The backend's `core.summaries.EventWriter`. Defaults
-            to TensorFlow's (`tf_backend.summaries.SummaryWriter`).
     """
 
-    def __init__(
-        self,
-        settings: Any,
-        report: Any,
-        book: Any,
-        writer_class: type[EventWriter] | None = None,
-    ) -> None:
+    def __init__(self, settings: Any, report: Any, book: Any) -> None:
         self.settings, self.report, self.book = settings, report, book
         self.log_dir = settings.log_dir
-        if writer_class is None:
-            from keras_xla.tf_backend.summaries import SummaryWriter
-
-            writer_class = SummaryWriter
-        self.writer = writer_class(self.log_dir) if self.log_dir else None
+        self.writer = EventWriter(self.log_dir) if self.log_dir else None
         self.decided = False  # a decision to write at this epoch's end
         self.steps_done = 0  # train steps of the epochs before
         self.pending: list[tuple[str, bytes | str]] = []  # after the JSON
@@ -113,3 +104,36 @@ class FitOutputs:
                 hlo.text = None
         if failed:
             self.safely("the report JSON", self.report.write, self.log_dir)
+
+
+def claim_log_dir(
+    log_dir: str | None,
+) -> tuple[int | None, str | None, tuple[str, str] | None]:
+    """Holds `log_dir` for one fit. Where another process's fit holds it,
+    this fit writes to a folder of its own in it (`<host>-<pid>`), and
+    the `log-dir-shared` finding's `(message, fix)` says so. Returns the
+    lock (for `core.files.release`), the log dir to write to, and that
+    finding or None. A folder that cannot be made is left to the
+    outputs, which say what failed."""
+    if not log_dir:
+        return None, log_dir, None
+    try:
+        files.own_directory(log_dir)
+        held = files.hold(os.path.join(log_dir, REPORT_FILENAME))
+        if held is not None:
+            return held, log_dir, None
+        mine = os.path.join(log_dir, f"{socket.gethostname()}-{os.getpid()}")
+        files.own_directory(mine)
+        held = files.hold(os.path.join(mine, REPORT_FILENAME))
+    except OSError:
+        return None, log_dir, None
+    return (
+        held,
+        mine,
+        (
+            f"Another process's fit is writing its report into "
+            f"log_dir={log_dir!r}; this fit's report and TensorBoard run "
+            f"went to {mine!r}, so neither overwrites the other.",
+            "Give each run its own log_dir (a sweep: one folder per run).",
+        ),
+    )

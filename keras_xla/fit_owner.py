@@ -1,15 +1,18 @@
 """FitOwner: the one owner of a `fit` under XLATuner, on every backend.
 
 The tuner's hooks call a `FitOwner`; it alone holds the fit's state: the
-report, its findings, the accountant, the outputs, the step log, the
-running trial (or no-XLA baseline windows). Every hook's skeleton lives
-here, once: a step's begin and end, an epoch's begin and end, a
-validation run, the trial's windows and their end, an interrupted fit,
-the fit's end. A backend's `fit_run.FitRun` (`tf_backend/`,
-`jax_backend/`) subclasses it, as Keras's backend trainers subclass its
-`Trainer`, and supplies only what differs: the fit's setup (`begin`),
-putting a candidate's step functions on the model, what a fit borrows of
-the model and gives back, and the epoch's cache labels and checks.
+report, its findings, the accountant, the outputs, the running trial (or
+no-XLA baseline windows). Every hook's skeleton lives here, once, and so
+does every rule: a step's begin and end, an epoch's begin and end, a
+validation run, planning the trial and the baseline, their windows and
+their end, the recompilation guard, an interrupted fit, the fit's end.
+
+What differs by backend is a small adapter (`FitAdapter`, one per
+backend: `tf_backend.fit_adapter`, `jax_backend.fit_adapter`), as Keras
+keeps what its backends share in its `Trainer` and what differs in each
+backend's file: setting the fit up, putting the model's step functions
+on for its configuration, the compilations since the last look, the
+epoch's checks, and giving the model back.
 
 The pieces the owner uses take values and return results (records,
 statistics, a trial's `Decided` or a baseline's `Measured`, report
@@ -22,14 +25,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import socket
 import time
-from typing import Any
+import weakref
+from collections.abc import Callable
+from typing import Any, Protocol
 
-from keras_xla import backends
-from keras_xla.auto.policy import Status
-from keras_xla.auto.runner import Decided, Measured, Next
+from keras_xla import backends, xla_setting
+from keras_xla.auto import runner as auto_runner
+from keras_xla.auto.model_state import ModelState
+from keras_xla.auto.policy import AUTO, Candidate, Status
+from keras_xla.auto.runner import Decided, Measured, Next, TrialRunner
 from keras_xla.core import files, lints, render, summaries
 from keras_xla.core import findings as codes
 from keras_xla.core import guard as guard_lib
@@ -38,7 +43,7 @@ from keras_xla.core import report as report_lib
 from keras_xla.core import verdict as verdict_lib
 from keras_xla.core.accounting import Accountant
 from keras_xla.core.findings import FindingBook
-from keras_xla.fit_outputs import FitOutputs
+from keras_xla.fit_outputs import FitOutputs, claim_log_dir
 
 logger = logging.getLogger(__name__)
 
@@ -48,12 +53,73 @@ ENDED_REASON = "the fit ended during the no-XLA baseline window"
 GUARD_REASON = "the recompilation guard found a storm"
 
 
+@dataclasses.dataclass(frozen=True)
+class Start:
+    """What a backend's setup tells the owner.
+
+    Attributes:
+        probed: Whether the step functions report each step's shapes (the
+            trial and the baseline need them).
+        devices: The devices the precision recommendation reads (None:
+            the backend's own).
+        xla_first: Whether the trial tries the fit's own XLA setting
+            first (JAX: Keras's jitted step is the fit's own).
+        defers_unknown: Whether a baseline over data of unknown length
+            waits for the second epoch (TensorFlow: Keras's end-of-data
+            call of a train function without XLA still counts a step).
+    """
+
+    probed: bool = True
+    devices: Any = None
+    xla_first: bool = False
+    defers_unknown: bool = True
+
+
+class FitAdapter(Protocol):
+    """What one backend does for a fit; the owner does the rest.
+
+    An adapter is made with `(settings, model, report, book, interrupted)`
+    (`interrupted`: what to call if a step raises inside the fit) and
+    writes its sections and findings into `report` and `book`.
+
+    Attributes:
+        log: Its step log once set up: the calls as step records
+            (`begin`, `complete`, `close`, `collect`, `take`, `drain`),
+            the compilations since the guard's last look
+            (`compilations(long_call)`: None where the last train call
+            did not compile, else how many the backend recorded, 0 where
+            it cannot say), and `abort()` when the fit raised.
+    """
+
+    log: Any
+
+    def setup(self) -> Start:
+        """Puts the model in the requested XLA and precision setting and
+        writes the report's opening sections."""
+
+    def build(self, candidates: list[Candidate]) -> None:
+        """Builds the candidates' step functions now (it raises where one
+        cannot be built)."""
+
+    def put(self, trial: TrialRunner | None, decided: bool = False) -> None:
+        """The model's step functions for its configuration now (`trial`:
+        the windows running, if any; `decided`: a trial just chose)."""
+
+    def epoch_checks(
+        self, hlo: bool, worker: bool, interrupted: bool
+    ) -> list[Callable[[Any, list], list]]:
+        """The epoch's checks, each run on its own, `(stats, records)` ->
+        `(code, message, fix)` findings: `hlo`, the train step's HLO
+        analysis; `worker`, the programs' fingerprints of a job's
+        worker; none that costs time in an `interrupted` epoch."""
+
+    def give_back(self, keep: bool, interrupted: bool) -> None:
+        """What the fit set up comes down; the model is put back as the
+        fit found it, unless `keep`."""
+
+
 class FitOwner:
     """The state of one `fit` and what the tuner does with it.
-
-    A backend's owner sets `log` (its step log: `begin`, `complete`,
-    `close`, `collect`, `take`, `drain`) in `begin`, and `trial` while a
-    trial or baseline runs (an `auto.runner.TrialRunner`).
 
     Args:
         settings: The tuner's checked arguments (`keras_xla.settings`).
@@ -61,14 +127,9 @@ class FitOwner:
         params: Keras's callback params (`steps`, `epochs`).
         previous_trial: An earlier fit's trial result with the same
             tuner, or None.
+        adapter: The backend's `FitAdapter` class. Defaults to this
+            process's backend's (`backends.fit_adapter()`).
     """
-
-    # The backend's `core.summaries.EventWriter` (None: TensorFlow's).
-    summary_writer: type | None = None
-    # The running trial or baseline windows (the backend's runner).
-    trial: Any = None
-    # The fit's step log (the backend's).
-    log: Any = None
 
     def __init__(
         self,
@@ -76,6 +137,7 @@ class FitOwner:
         model: Any,
         params: dict | None,
         previous_trial: tuple | None = None,
+        adapter: type | None = None,
     ) -> None:
         self.model = model
         self.params = params or {}
@@ -92,16 +154,28 @@ class FitOwner:
                 settings = dataclasses.replace(settings, log_dir=where)
         # The log dir is this fit's for its length: another process's fit
         # writing there keeps its report, and this one writes beside it.
-        self._held: int | None = None
-        if settings.log_dir:
-            settings = self._claim(settings)
-        self.settings = settings
+        self._held, log_dir, shared = claim_log_dir(settings.log_dir)
+        if shared is not None:
+            self.book.add(codes.LOG_DIR_SHARED, *shared)
+        self.settings = settings = dataclasses.replace(
+            settings, log_dir=log_dir
+        )
+        run = weakref.ref(self)  # the model must not keep the fit alive
+        self.adapter = (adapter or backends.fit_adapter())(
+            settings,
+            model,
+            self.report,
+            self.book,
+            lambda: run() and run().interrupted(),
+        )
         self.accountant = Accountant(self.report, self.book)
         self.trial_result = previous_trial
         self.active = False
-        self.outputs = FitOutputs(
-            settings, self.report, self.book, self.summary_writer
-        )
+        self.outputs = FitOutputs(settings, self.report, self.book)
+        # The running trial or baseline windows.
+        self.trial: TrialRunner | None = None
+        self._start: Start | None = None
+        self._user: ModelState | None = None
         # An epoch is closed once (an interrupt may reach `epoch_end`
         # again), and a validation run that began is accounted.
         self._epoch_open = False
@@ -118,54 +192,99 @@ class FitOwner:
         self._guarded = 0
         self._train_began: float | None = None
         self._train_seconds = 0.0
+        self._hlo_done = False
 
-    def _claim(self, settings: Any) -> Any:
-        """Holds `settings.log_dir` for this fit; where another process's
-        fit holds it, this fit's outputs go to its own folder in it
-        (`<host>-<pid>`), and a finding says so. Returns the settings
-        with the log dir this fit writes to."""
-        log_dir = settings.log_dir
-        path = os.path.join(log_dir, report_lib.REPORT_FILENAME)
-        try:
-            files.own_directory(log_dir)
-            self._held = files.hold(path)
-            if self._held is not None:
-                return settings
-            mine = os.path.join(
-                log_dir, f"{socket.gethostname()}-{os.getpid()}"
-            )
-            files.own_directory(mine)
-            self._held = files.hold(
-                os.path.join(mine, report_lib.REPORT_FILENAME)
-            )
-        except OSError:
-            return settings  # Its outputs will say what failed.
-        self.book.add(
-            codes.LOG_DIR_SHARED,
-            f"Another process's fit is writing its report into "
-            f"log_dir={log_dir!r}; this fit's report and TensorBoard run "
-            f"went to {mine!r}, so neither overwrites the other.",
-            "Give each run its own log_dir (a sweep: one folder per run).",
-        )
-        return dataclasses.replace(settings, log_dir=mine)
+    @property
+    def log(self) -> Any:
+        """The backend's step log."""
+        return self.adapter.log
 
     # The fit's start and end.
 
     def begin(self) -> None:
-        """Sets the fit up (the backend's): the model in the requested
-        configuration, the step log, the trial or baseline."""
-        raise NotImplementedError
+        """Sets the fit up: the model in the requested configuration (the
+        backend's), then the trial or the baseline windows."""
+        s = self.settings
+        self._user = ModelState(self.model)
+        self._start = self.adapter.setup()
+        auto = AUTO in (s.jit_compile, s.mixed_precision)
+        if auto:
+            self._plan_trial()
+        if self._xla_trains() and (not auto or self._trial_skipped()):
+            # XLA trains: its verdict needs the no-XLA baseline.
+            self._plan_baseline()
+        self.adapter.put(self.trial)
+        self.active = True
+        self._outside("before the fit")
 
-    def end(self) -> str | None:
+    def _request(self) -> auto_runner.Request:
+        """What the trial (or the baseline) is asked for in this fit."""
+        start = self._start
+        xla = self._xla_trains()
+        return dataclasses.replace(
+            self.settings.trial_request(
+                xla,
+                self.params,
+                self._steps_per_call(),
+                start.probed,
+                self.report.clustering,
+                workers=self.worker.count if self.worker else 1,
+            ),
+            devices=start.devices,
+            first_jit=xla if start.xla_first else None,
+            defer_unknown=start.defers_unknown,
+        )
+
+    def _plan_trial(self) -> None:
+        """`"auto"`: the trial's runner, or its decision at once."""
+        planned = auto_runner.plan(
+            self.model, self._request(), self._user, self.trial_result
+        )
+        if isinstance(planned, Decided):
+            self._settle(planned)
+            return
+        try:
+            self.adapter.build(planned.trial.candidates)
+        except Exception as error:  # noqa: BLE001 - never stop training
+            _, decision = planned.trial.decide()
+            problem = f"a candidate's step could not be built: {error}"
+            fix = "Pass jit_compile and mixed_precision without 'auto'."
+            self._settle(
+                planned.settle(self.model, None, decision, (problem, fix))
+            )
+            return
+        self.trial = planned
+
+    def _plan_baseline(self) -> None:
+        """The no-XLA baseline's windows, or the report's section saying
+        why there are none."""
+        planned = auto_runner.plan_baseline(
+            self.model, self._request(), ModelState(self.model)
+        )
+        if isinstance(planned, Measured):
+            self.report.baseline = planned.baseline
+            return
+        try:
+            self.adapter.build([planned.active])
+            self.adapter.build([Candidate(False, planned.active.policy)])
+        except Exception as error:  # noqa: BLE001 - never stop training
+            planned.abandon(self.model)
+            self.report.baseline = report_lib.BaselineSection(
+                reason=f"the no-XLA step could not be built: {error}"
+            )
+            return
+        self.trial = planned
+
+    def end(self, interrupted: bool = False) -> str | None:
         """Ends the fit; returns the summary text (None if inactive). The
         log dir is no longer this fit's."""
         try:
-            return self._end()
+            return self._end(interrupted)
         finally:
             files.release(self._held)
             self._held = None
 
-    def _end(self) -> str | None:
+    def _end(self, interrupted: bool) -> str | None:
         if not self.active:
             return None
         self.active = False
@@ -175,8 +294,7 @@ class FitOwner:
         finally:
             # Whatever failed above, what the fit set up is taken down
             # and the model is put back.
-            self._release()
-            self._leave_model()
+            self._leave_model(interrupted)
         self._judge()
         if self.report.worker is not None:
             self.report.worker["finished"] = True
@@ -190,6 +308,33 @@ class FitOwner:
             text += "\n\n" + "\n".join(render.job_summary(job))
         return text
 
+    def _leave_model(self, interrupted: bool) -> None:
+        """Puts back what the tuner switched for the fit (XLA, precision,
+        auto-clustering, the step functions), unless the user asked to
+        keep the tuner's choice (`keep`); a trial that did not decide
+        chose nothing to keep. The report says which."""
+        keep = bool(self.settings.keep)
+        try:
+            runner = self._abandon_trial()
+            if runner is not None and runner.keep is None:
+                keep = False  # an undecided trial chose nothing to keep
+            self.adapter.give_back(keep, interrupted)
+        except Exception as error:  # noqa: BLE001 - never stop training
+            if self.settings.strict:
+                raise
+            logger.exception("keras_xla: could not put the model back")
+            keep = True  # what is true of the model now
+            self.book.add(
+                codes.TUNER_ERROR,
+                "XLATuner could not put the model back as you compiled it: "
+                f"{type(error).__name__}: {error}",
+                "Please report this with the log; call model.compile() "
+                "again to reset its settings.",
+                ("restore", type(error).__name__, str(error)),
+            )
+        if self.report.jit is not None:
+            self.report.jit.kept = keep
+
     def _job_report(self) -> Any:
         """The chief of a job with a log dir: the job's report from every
         worker's (a bounded wait for them), written beside them; None
@@ -197,12 +342,7 @@ class FitOwner:
         if self.worker is None or not self.worker.chief or not self.job_dir:
             return None
         try:
-            reports = job_lib.gather(
-                self.job_dir, self.worker.count, own=self.report
-            )
-            job = job_lib.build(reports, self.worker.count, self.worker.job)
-            job.write(self.job_dir)
-            return job
+            return job_lib.chief_report(self.job_dir, self.worker, self.report)
         except Exception as error:  # noqa: BLE001 - never stop training
             if self.settings.strict:
                 raise
@@ -226,12 +366,12 @@ class FitOwner:
         if not self.active:
             return
         try:
-            self._stop_on_error()
+            self.log.abort()  # a call's batch end may never come
             if self._testing:
                 self.test_end()
             self.epoch_end(self.accountant.epoch, interrupted=True)
         finally:
-            self.end()
+            self.end(interrupted=True)
 
     # Per step: the clock is read first.
 
@@ -248,7 +388,6 @@ class FitOwner:
                 self.log.close(now)
                 self._trial_step(batch)
             self._train_began = now
-        self._call_begins(function, now)
         self.log.begin(function, batch, now)
 
     def step_end(self, function: str, batch: int) -> None:
@@ -260,14 +399,13 @@ class FitOwner:
             self.log.complete(function, batch, now)
             if function == "train" and self._train_began is not None:
                 self._train_seconds = now - self._train_began
-            self._call_ended()
 
     # The trial and the baseline windows.
 
     def _trial_step(self, batch: int) -> None:
         """Before a train call in the trial's or the baseline's windows:
         the runner's schedule (`auto.runner.TrialRunner.before_call`)
-        picks the side; the backend puts it on the model."""
+        picks the side; its step functions go on the model."""
         runner = self.trial
         outcome = runner.before_call(
             self.model, lambda: self.log.collect("train", next_step=batch)
@@ -277,22 +415,24 @@ class FitOwner:
             return
         if not runner.active.jit:
             self._no_xla_calls.add((self.accountant.epoch, batch))
-        self._put_side(runner, outcome is Next.SWITCHED)
+        if outcome is Next.SWITCHED:
+            self.adapter.put(runner)
 
     def _finish_trial(self) -> None:
         """The windows are over: the trial's decision or the baseline's
         section; the model trains on in the winner's (or XLA's)
         configuration."""
         runner, self.trial = self.trial, None
-        settled = runner.finish(self.model, self.log.collect("train"))
-        self._settle(settled, runner.active)
+        self._settle(runner.finish(self.model, self.log.collect("train")))
 
-    def _settle(self, settled: Decided | Measured, chosen: Any) -> None:
+    def _settle(self, settled: Decided | Measured) -> None:
         """A trial's `Decided` or a baseline's `Measured` in the report;
-        the model is in `chosen`'s configuration (a baseline's: XLA's)."""
+        the model's step functions follow its configuration."""
         if isinstance(settled, Measured):
             self.report.baseline = settled.baseline
-            self._measured(settled, chosen)
+            graph = settled.baseline.trace_seconds
+            self.accountant.graph_seconds = graph or 0.0
+            self.adapter.put(None)
             return
         self.report.decision = settled.decision
         if settled.skipped is not None:
@@ -301,17 +441,17 @@ class FitOwner:
             self.trial_result = (self.model, settled.kept, settled.decision)
         self.report.jit = report_lib.JitInfo(
             self.settings.jit_compile,
-            self._decided(chosen),
+            self._xla_trains(),
             settled.jit_reason(),
         )
-        self._jit_settled()
+        self.adapter.put(None, decided=True)
         self.report.environment["policy"] = self.model.dtype_policy.name
         self.outputs.decided = True
 
-    def _abandon_trial(self, why: str | None = None) -> Any:
+    def _abandon_trial(self, why: str | None = None) -> TrialRunner | None:
         """The fit ended before the trial (or the baseline window) ended,
-        or `why` it ended early: nothing was chosen (nothing measured);
-        returns the runner."""
+        or `why` it ended early: nothing was chosen (nothing measured),
+        and the model trains as before the windows; returns the runner."""
         runner, self.trial = self.trial, None
         if runner is None:
             return None
@@ -336,7 +476,8 @@ class FitOwner:
                 "compiled it.",
                 "Let the fit run past the trial's steps.",
             )
-        self._abandoned(runner)
+        runner.abandon(self.model)
+        self.adapter.put(None)
         return runner
 
     def _trial_skipped(self) -> bool:
@@ -354,9 +495,25 @@ class FitOwner:
     def epoch_begin(self, epoch: int) -> None:
         if self.active:
             self._outside(f"before epoch {epoch}")
-            self._epoch_begins(epoch)
+            self._start_deferred_baseline(epoch)
         self.accountant.start_epoch(epoch)
         self._epoch_open = True
+
+    def _start_deferred_baseline(self, epoch: int) -> None:
+        """Data of unknown length: the baseline window runs in the second
+        epoch, as long as the first (Keras counted it, and ends it
+        without an end-of-data call)."""
+        baseline, epochs = self.report.baseline, self.report.epochs
+        deferred = auto_runner.DEFERRED_REASON
+        if epoch != 1 or baseline is None or baseline.reason != deferred:
+            return
+        if not (self._xla_trains() and epochs and epochs[0].steps):
+            return
+        self.params = dict(self.params, steps=epochs[0].steps)
+        self._plan_baseline()
+        if self.trial is not None:
+            self.trial.trial.epoch = epoch
+            self.adapter.put(self.trial)
 
     def test_begin(self) -> None:
         if self.active:
@@ -370,7 +527,6 @@ class FitOwner:
         if not self.active:
             return
         records = self.log.take("test")
-        self._taken(records)
         train_so_far = self.log.collect("train")
         self.accountant.finish_run("test", records, train_so_far)
 
@@ -388,7 +544,6 @@ class FitOwner:
         self._epoch_open = False
         if interrupted and not records:
             return None
-        self._taken(records)
         if self.guard is not None:
             self._observe(records)
         self._guarded = 0
@@ -405,7 +560,6 @@ class FitOwner:
         """Validation or the epoch's end: the train calls so far are
         collected; the trial ends with them unless it spans epochs (an
         interrupted fit's trial ends undecided)."""
-        self._train_calls_end(interrupted)
         self.log.close()
         records = self.log.collect("train")
         if self.trial is None:
@@ -425,38 +579,47 @@ class FitOwner:
     def _close_epoch(
         self, stats: Any, records: list, interrupted: bool
     ) -> dict[str, float]:
-        """The epoch's stages and outputs; returns its `xla/*` figures.
-        Each stage fails on its own, and the JSON is written first of the
+        """The epoch's checks and outputs; returns its `xla/*` figures.
+        Each check fails on its own, and the JSON is written first of the
         outputs: it is what must survive a crash. An interrupted epoch
-        gets no checks: the user is waiting."""
-        stages = [self._label_cache, self._check, self._conclude]
-        if self.worker is not None:
-            stages.insert(1, self._fingerprint)
-        if interrupted:
-            stages.remove(self._check)
-        for stage in stages:
-            self.outputs.safely(stage.__name__, stage, stats, records)
+        gets only what costs nothing: the user is waiting."""
+        # The HLO analysis: once per fit, while XLA's step is on the
+        # model, until it gave a section or said why not.
+        hlo = not (self._hlo_done or interrupted)
+        hlo = hlo and bool(self.settings.analyze_hlo) and self._xla_trains()
+        checks = self.adapter.epoch_checks(
+            hlo, self.worker is not None, interrupted
+        )
+        if not interrupted:
+            checks.append(self._lints)
+        for check in checks:
+            name = check.__name__
+            self.outputs.safely(name, self._apply, check, stats, records)
+        if hlo:
+            said = {codes.HLO_ANALYSIS_OFF, codes.HLO_ANALYSIS_FAILED}
+            self._hlo_done = self.report.hlo is not None or bool(
+                said & set(self.report.finding_codes())
+            )
+        self.outputs.safely("the verdict", self._judge)
         self.outputs.write(stats, records)
         return summaries.epoch_scalars(stats, self.report.hlo)
 
-    def _lints(self, stats: Any, misaligned: list = ()) -> list[tuple]:
-        """The epoch's lints (`core.lints`) on its figures; `misaligned`:
-        the layers the tensor-core lint names (a backend's)."""
+    def _apply(self, check: Callable, stats: Any, records: list) -> None:
+        for code, message, fix in check(stats, records):
+            self.book.add(code, message, fix)
+
+    def _lints(self, stats: Any, records: list) -> list[tuple]:
+        """The epoch's lints (`core.lints`) on its figures."""
         times = stats.step_time_ms
         return lints.epoch_lints(
             stats.epoch,
             times["median"],
-            int(self.model.steps_per_execution or 1),
-            misaligned,
-            stats.steps,
+            self._steps_per_call(),
+            steps=stats.steps,
             dispatch_ms=times.get("dispatch_median"),
             tuner_ms=times.get("tuner_median"),
             input_ms=times.get("input_median"),
         )
-
-    def _conclude(self, stats: Any, records: list) -> None:
-        """The epoch's last stage: the verdict so far."""
-        self._judge()
 
     def _judge(self) -> None:
         """The verdict, and the finding that reads it (whether compiling
@@ -467,6 +630,16 @@ class FitOwner:
             codes.COMPILE_DOMINATES,
             verdict_lib.compile_dominates(self.report, planned),
         )
+
+    def _xla_trains(self) -> bool:
+        """Whether the train step compiles with XLA now, read from the
+        model: the one place that holds it (`xla_setting.set_xla` writes
+        it)."""
+        model = self.model
+        return bool(model.jit_compile) and not model.run_eagerly
+
+    def _steps_per_call(self) -> int:
+        return int(getattr(self.model, "steps_per_execution", 1) or 1)
 
     # The recompilation guard.
 
@@ -491,6 +664,17 @@ class FitOwner:
                 self._abandon_trial(GUARD_REASON)
             self._act_on_storm(self.guard.storm, batch)
 
+    def _compiled_in_last_call(self) -> int | None:
+        """The backend's count of the last train call's compilations,
+        given whether it ran long enough to have compiled
+        (`guard.CHECK_SECONDS`, and twice the typical call that compiled
+        nothing)."""
+        typical = self.guard.typical_seconds or 0.0
+        long_call = self._train_seconds >= max(
+            guard_lib.CHECK_SECONDS, 2 * typical
+        )
+        return self.log.compilations(long_call)
+
     def _observe(self, records: list) -> None:
         """The epoch's train records the guard has not seen yet."""
         new, self._guarded = records[self._guarded :], len(records)
@@ -514,9 +698,8 @@ class FitOwner:
         steps, epochs = self.params.get("steps"), self.params.get("epochs")
         if not steps or not epochs:
             return None
-        spe = int(getattr(self.model, "steps_per_execution", 1) or 1)
         left = (epochs - epoch) * steps - step
-        return max(left, 0) // spe
+        return max(left, 0) // self._steps_per_call()
 
     def _act_on_storm(self, storm: Any, batch: int) -> None:
         """The guard found a storm; train step `batch` is next:
@@ -536,89 +719,13 @@ class FitOwner:
             self.interrupted()
             raise guard_lib.XLARecompileStormError(f"{message} Fix: {fix}")
         if action == "fallback":
-            self._fall_back()
+            # The model's step functions without XLA (of its precision,
+            # built once per model): no step is lost, nothing compiles.
+            xla_setting.set_xla(self.model, False)
+            self.adapter.put(None)
             if self.report.jit is not None:
                 self.report.jit.enabled = False
                 self.report.jit.reason = reason
-
-    # What a backend supplies. Those with a body do nothing by default.
-
-    def _fall_back(self) -> None:
-        """The rest of the fit trains without XLA, from the next call: the
-        model's step functions without XLA (of its precision)."""
-        raise NotImplementedError
-
-    def _compiled_in_last_call(self) -> int | None:
-        """None where the last train call cannot have compiled; else the
-        compilations the backend recorded since the guard last looked (0
-        where it cannot say, or counts them per call). By default: a
-        call that ran long enough (`guard.CHECK_SECONDS`, and twice the
-        typical call that compiled nothing)."""
-        typical = self.guard.typical_seconds or 0.0
-        if self._train_seconds < max(guard_lib.CHECK_SECONDS, 2 * typical):
-            return None
-        return 0
-
-    def _put_side(self, runner: Any, switched: bool) -> None:
-        """The runner's `active` candidate trains the next call
-        (`switched`: the runner just changed the model's configuration)."""
-        raise NotImplementedError
-
-    def _decided(self, chosen: Any) -> bool:
-        """A trial decided and the model is in `chosen`'s configuration:
-        its step functions train on; returns whether XLA is on."""
-        raise NotImplementedError
-
-    def _measured(self, measured: Measured, chosen: Any) -> None:
-        """The baseline measured; XLA (`chosen`) trains on."""
-
-    def _jit_settled(self) -> None:
-        """The report's XLA setting is the trial's outcome."""
-
-    def _abandoned(self, runner: Any) -> None:
-        """The trial or baseline `runner` ended undecided."""
-
-    def _call_begins(self, function: str, now: float) -> None:
-        """A call of `function` is about to start (`now`)."""
-
-    def _call_ended(self) -> None:
-        """A call's batch-end hook ran (any thread)."""
-
-    def _stop_on_error(self) -> None:
-        """The fit raised: what must stop before the epoch is closed."""
-
-    def _release(self) -> None:
-        """The fit ends: what it set up comes down, before the model is
-        put back."""
-
-    def _leave_model(self) -> None:
-        """Puts back what the fit changed on the model, unless `keep`."""
-        raise NotImplementedError
-
-    def _epoch_begins(self, epoch: int) -> None:
-        """An epoch begins in an active fit."""
-
-    def _train_calls_end(self, interrupted: bool) -> None:
-        """The train calls so far are about to be collected."""
-
-    def _taken(self, records: list) -> None:
-        """A run's records were taken (an epoch's train records, or a
-        validation run's)."""
-
-    def _xla_trains(self) -> bool:
-        """Whether the train step compiles with XLA now."""
-        raise NotImplementedError
-
-    def _label_cache(self, stats: Any, records: list) -> None:
-        raise NotImplementedError
-
-    def _check(self, stats: Any, records: list) -> None:
-        raise NotImplementedError
-
-    def _fingerprint(self, stats: Any, records: list) -> None:
-        """In a job: each compilation so far gets its program's HLO
-        fingerprint where the backend can give one at no compilation (the
-        job report compares them across workers)."""
 
 
 def _worker(model: Any) -> job_lib.Worker | None:

@@ -145,15 +145,9 @@ def command(
 
 def environment(config: Configuration) -> dict:
     """The configuration's environment: the user's, with its backend."""
-    from keras_xla.tf_backend import compile_ledger
+    from keras_xla import backends
 
-    env = dict(os.environ)
-    # The user's TF_XLA_FLAGS, not this process's ledger flag.
-    user = compile_ledger.status().user_flags
-    if compile_ledger.status().owned:
-        env.pop("TF_XLA_FLAGS", None)
-        if user is not None:
-            env["TF_XLA_FLAGS"] = user
+    env = backends.user_environment()
     if config.backend is not None:
         env["KERAS_BACKEND"] = config.backend
     return env
@@ -602,15 +596,18 @@ def write(log_dir: str, comparison: dict) -> None:
     XLA tab its own TensorBoard run (`comparison`, tag `xla/compare`). A
     failure to write costs only the file."""
     from keras_xla.core import files
-    from keras_xla.core.summaries import COMPARE_TAG, COMPARISON_RUN
-    from keras_xla.jax_backend.summaries import JaxSummaryWriter
+    from keras_xla.core.summaries import (
+        COMPARE_TAG,
+        COMPARISON_RUN,
+        EventWriter,
+    )
 
     text = json.dumps(comparison, indent=2)
     try:
         os.makedirs(log_dir, exist_ok=True)
         files.write_whole(os.path.join(log_dir, COMPARE_FILENAME), text)
 
-        class ComparisonWriter(JaxSummaryWriter):
+        class ComparisonWriter(EventWriter):
             @property
             def run_dir(self) -> str:
                 return os.path.join(self.log_dir, COMPARISON_RUN)

@@ -23,9 +23,6 @@ from keras_xla.auto import runner as auto_runner
 from keras_xla.auto.policy import AUTO, validate_budget
 from keras_xla.core import guard
 from keras_xla.core.cache_directory import CacheStatus
-from keras_xla.tf_backend import compile_cache as cache_lib
-from keras_xla.tf_backend import flag_guard
-from keras_xla.tf_backend.unsupported import CHOICES as UNSUPPORTED_CHOICES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,21 +81,6 @@ class Settings:
             cache_status=self.cache_status,
         )
 
-    def setup_findings(self) -> list[tuple[str, str, str, tuple]]:
-        """`(code, message, fix, place)` for bad XLA flags and a compile
-        cache flag that came too late."""
-        out = [
-            (
-                p.code,
-                p.message,
-                p.suggestion or "Remove the flag.",
-                (p.variable, p.flag),
-            )
-            for p in self.flag_problems
-        ]
-        out += [fix.finding() for fix in flag_guard.FIXES]
-        return out + cache_lib.setup_findings(self.cache_status)
-
     def trial_request(
         self,
         xla_possible: bool,
@@ -137,6 +119,8 @@ class Settings:
         )
 
 
+# `XLATuner(on_unsupported=...)`: what to do with ops XLA cannot compile.
+ON_UNSUPPORTED = ("fallback", "raise")
 # The tuner's arguments that are True or False, and what True means.
 FLAGS = {
     "strict": "raise on the tuner's own failures",
@@ -178,7 +162,7 @@ def check_arguments(**arguments: Any) -> None:
     for name, choices in (
         ("jit_compile", (*xla_setting.JIT_CHOICES, "auto")),
         ("verbose", (0, 1)),
-        ("on_unsupported", UNSUPPORTED_CHOICES),
+        ("on_unsupported", ON_UNSUPPORTED),
         ("on_recompile_storm", guard.ACTIONS),
         ("analyze_hlo", (True, False, "compile")),
     ):

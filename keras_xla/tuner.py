@@ -3,8 +3,8 @@
 The callback is a thin set of hooks: it holds its arguments as one
 checked value (`keras_xla.settings.Settings`; `tuner.<argument>` reads
 and, checked, sets it), and each hook hands over to the fit's owner
-(`keras_xla.backends.fit_owner()`: TensorFlow's or JAX's) that holds
-the state of the current `fit`. Nothing below the callback imports
+(`keras_xla.fit_owner.FitOwner`, with the backend's adapter) that
+holds the state of the current `fit`. Nothing below the callback imports
 it or reaches into it.
 """
 
@@ -20,11 +20,12 @@ from keras.src.utils import io_utils
 
 from keras_xla import backends
 from keras_xla.core import findings as codes
+from keras_xla.core.findings import XLAUnsupportedOpError
 from keras_xla.core.guard import DEFAULT_BUDGET, XLARecompileStormError
+from keras_xla.core.interrupts import on_error
 from keras_xla.core.report import XLAReport
+from keras_xla.fit_owner import FitOwner
 from keras_xla.settings import ARGUMENTS, Settings
-from keras_xla.tf_backend.profiler import on_error
-from keras_xla.tf_backend.unsupported import XLAUnsupportedOpError
 
 logger = logging.getLogger(__name__)
 
@@ -277,7 +278,7 @@ class XLATuner(keras.callbacks.Callback):
             # interrupt in Keras's own loop): end it now.
             self._guarded("on_train_begin", stale.interrupted)
         # A new owner per fit: instances can be re-used.
-        self._run = backends.fit_owner()(
+        self._run = FitOwner(
             self._settings, self.model, self.params, self._previous_trial
         )
         self._report = self._run.report

@@ -239,8 +239,9 @@ def test_another_keras_backend_leaves_tensorflow_flags_alone():
     code = (
         "import sys, os; sys.modules['tensorflow'] = None\n"
         "import keras_xla\n"
-        "from keras_xla.tf_backend import compile_ledger\n"
+        "print('keras_xla.tf_backend' in sys.modules)\n"
         "print(os.environ.get('TF_XLA_FLAGS'))\n"
+        "from keras_xla.tf_backend import compile_ledger\n"
         "print(compile_ledger.status().reason)\n"
     )
     env = dict(os.environ, KERAS_BACKEND="jax", TF_XLA_FLAGS="--x=1")
@@ -248,6 +249,9 @@ def test_another_keras_backend_leaves_tensorflow_flags_alone():
         [sys.executable, "-c", code], capture_output=True, text=True, env=env
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    flags, reason = result.stdout.strip().splitlines()[-2:]
+    loaded, flags, reason = result.stdout.strip().splitlines()[-3:]
+    assert loaded == "False"  # nothing of TensorFlow's side at import
     assert flags == "--x=1"  # not fixed, not extended
-    assert reason.startswith("the Keras backend is jax")
+    assert reason == (
+        "keras_xla was not imported with TensorFlow as the Keras backend"
+    )

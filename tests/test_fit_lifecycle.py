@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from keras_xla import XLATuner
 from keras_xla.core.report import XLAReport
-from keras_xla.tf_backend.fit_run import FitRun
+from keras_xla.tf_backend.fit_adapter import FitAdapter
 
 X = np.random.default_rng(0).random((10, 5), dtype=np.float32)
 Y = np.random.default_rng(1).random((10, 1), dtype=np.float32)
@@ -164,7 +164,7 @@ def test_interrupt_inside_the_tuners_epoch_end(tmp_path, monkeypatch):
         if stats.epoch == 1:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(FitRun, "_check", interrupt)
+    monkeypatch.setattr(FitAdapter, "alignment", interrupt)
     model, first = dense_model(), tuner(log_dir=str(tmp_path))
     interrupted_fit(model, [first], KeyboardInterrupt)
     assert calls == [0, 1]

@@ -386,7 +386,7 @@ def test_jit_compile_false_runs_op_by_op_and_counts_no_step_compile(fits):
     assert off["truth"]["train"] == 0
     assert [e["compilations"] for e in off["epochs"]] == [0]
     assert off["verdict"]["xla_enabled"] is False
-    assert off["baseline"]["reason"] == "XLA is off in this fit"
+    assert off["baseline"] is None  # no XLA: nothing to measure against
     # The model is put back as the user compiled it.
     assert off["jit_after"] is True
 

@@ -20,8 +20,8 @@ from keras_xla.core.timing import (  # noqa: E402
     StepRecord,
     estimate_compile_seconds,
 )
-from keras_xla.jax_backend import baseline, hlo  # noqa: E402
 from keras_xla.jax_backend import compile_cache as cache_lib  # noqa: E402
+from keras_xla.jax_backend import hlo  # noqa: E402
 from keras_xla.jax_backend.compile_events import (  # noqa: E402
     CACHE_HIT_EVENT,
     COMPILE_EVENT,
@@ -229,19 +229,41 @@ def test_hlo_text_kernels_fusions_and_converts():
     assert peaks.measured(key, lambda: 1 / 0) == 3e12  # kept: not again
 
 
-def plan(epoch_steps, epochs=1, budget=0.25, spe=1, enabled=True, jit=True):
-    """The JAX baseline's runner without a warm-up: these tests plant
-    each call's time by its index (the warm-up is auto.policy's, tested
-    with the TensorFlow runner)."""
+def baseline_plan(
+    epoch_steps, epochs=1, budget=0.25, spe=1, enabled=True, t=None, workers=1
+):
+    """The baseline's runner (or its `Measured`) as the owner plans it
+    on JAX (a baseline over data of unknown length in the first epoch)."""
+    from keras_xla.auto import runner as auto_runner
+
+    request = auto_runner.Request(
+        jit=True,
+        precision=None,
+        budget=budget,
+        xla_possible=True,
+        epoch_steps=epoch_steps,
+        steps_per_call=spe,
+        probed=True,
+        baseline=enabled,
+        epochs=epochs,
+        defer_unknown=False,
+        tunables=t,
+        workers=workers,
+    )
+    planned = auto_runner.plan_baseline(MODEL, request, ModelState(MODEL))
+    return getattr(planned, "baseline", planned)
+
+
+def plan(epoch_steps, epochs=1, budget=0.25, spe=1, enabled=True):
+    """The baseline's runner without a warm-up: these tests plant each
+    call's time by its index (the warm-up is auto.policy's, tested with
+    the TensorFlow runner)."""
     import dataclasses
 
     from keras_xla.auto import policy
 
     t = dataclasses.replace(policy.TUNABLES, baseline_warmup_steps=0)
-    original = ModelState(MODEL)
-    return baseline.plan(
-        enabled, jit, epoch_steps, spe, epochs, budget, MODEL, original, t
-    )
+    return baseline_plan(epoch_steps, epochs, budget, spe, enabled, t)
 
 
 def tiny_model():
@@ -260,14 +282,11 @@ MODEL = tiny_model()
 def trial_plan(
     epoch_steps, budget, jit="auto", precision=None, xla_on=True, devices=None
 ):
-    """The JAX trial's runner (or its `Decided`) for `MODEL`, planned as
-    the JAX owner plans it (`auto.runner.plan` with JAX's runner, the
-    fit's own configuration kept without a decision), on a CPU without
-    bfloat16 unless `devices` says otherwise."""
+    """The trial's runner (or its `Decided`) for `MODEL`, planned as the
+    owner plans it on JAX (the fit's own XLA setting first), on a CPU
+    without bfloat16 unless `devices` says otherwise."""
     from keras_xla.auto import runner as auto_runner
-    from keras_xla.auto.policy import Candidate
     from keras_xla.core.hardware import DeviceInfo
-    from keras_xla.jax_backend.trial import JaxTrialRunner
 
     request = auto_runner.Request(
         jit=jit,
@@ -281,25 +300,13 @@ def trial_plan(
         devices=devices or [DeviceInfo("CPU", "cpu:0", None)],
         first_jit=xla_on,
     )
-    start = Candidate(xla_on, "float32")
-    planned = auto_runner.plan(
-        MODEL,
-        request,
-        ModelState(MODEL),
-        None,
-        runner_type=lambda trial, original: JaxTrialRunner(
-            trial, original, start
-        ),
-        current=start,
-    )
-    return planned
+    return auto_runner.plan(MODEL, request, ModelState(MODEL), None)
 
 
 def test_baseline_plan_says_why_not():
     assert plan(100, enabled=False).reason.startswith(
         "the baseline window is off"
     )
-    assert plan(100, jit=False).reason == "XLA is off in this fit"
     # Data of unknown length: the windows of a long enough epoch, no
     # extra rounds (a fraction of an unknown length is no length).
     unknown = plan(None)
@@ -323,9 +330,7 @@ def test_baseline_plan_sizes_the_windows_by_the_trial_policy():
     assert trial.tunables.baseline_steps == policy.TUNABLES.baseline_steps
     # The default plan warms up 20 XLA steps first, where the epoch has
     # room (200 steps: 48 of windows, 20 of warm-up).
-    default = baseline.plan(
-        True, True, 200, 1, 1, 0.25, MODEL, ModelState(MODEL)
-    )
+    default = baseline_plan(200)
     assert default.warmup == 20 and default.extend_to == 50
     assert [c.name for c in trial.candidates] == [
         "xla/float32",
@@ -338,9 +343,7 @@ def test_baseline_plan_sizes_the_windows_by_the_trial_policy():
     )
     # One of a job's two workers: the same windows, no extra rounds (they
     # would wait on this worker's clock alone).
-    job = baseline.plan(
-        True, True, 200, 1, 1, 0.25, MODEL, ModelState(MODEL), workers=2
-    )
+    job = baseline_plan(200, workers=2)
     assert (job.trial.window_calls, job.trial.rounds) == (8, 3)
     assert (job.warmup, job.extend_to) == (20, 0)
     # steps_per_execution=4: 48 steps are 12 calls, two rounds of 3.
@@ -495,7 +498,7 @@ def test_jax_trial_settles_on_the_faster_train_function(monkeypatch):
 
     result, _ = drive_trial(runner, seconds, 200)
     assert isinstance(result, Decided)
-    assert result.skipped is None and result.kept is None
+    assert result.skipped is None and result.kept is not None
     decision = result.decision
     assert decision.status == "decided"
     assert decision.winner == "no_xla/float32"
@@ -516,12 +519,14 @@ def test_jax_trial_without_room_is_skipped_with_xla_on():
     assert "need at least" in short.skipped[0]
     unknown = trial_plan(None, 0.25)
     assert "length is unknown" in unknown.decision.reason
-    # A trial that ends undecided trains on with XLA, as Keras's "auto".
+    # A trial that ends undecided leaves the model as it was compiled
+    # (on JAX Keras's "auto" is XLA on).
+    compiled = MODEL.jit_compile
     runner = trial_plan(200, 0.5)
     result, _ = drive_trial(runner, lambda candidate, call: 0.003, 2)
     assert result.decision.status == "skipped"
     assert result.skipped[0].startswith("The XLA/precision trial was skipped")
-    assert runner.active.jit is True
+    assert MODEL.jit_compile == compiled
 
 
 def test_jax_candidates_follow_the_request_on_jaxs_devices():

@@ -40,8 +40,8 @@ import tensorflow as tf  # noqa: E402
 import keras_xla  # noqa: E402
 from keras_xla.core import verdict as verdicts  # noqa: E402
 from keras_xla.core.render import format_table, guard_line  # noqa: E402
+from keras_xla.core.summaries import EventWriter  # noqa: E402
 from keras_xla.data import fixed_slice  # noqa: E402
-from keras_xla.tf_backend.summaries import SummaryWriter  # noqa: E402
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
@@ -345,7 +345,7 @@ def publish_measured(rows: list[dict]) -> None:
         if measured is None:
             continue
         measured.write(r["log_dir"])
-        writer = SummaryWriter(r["log_dir"])
+        writer = EventWriter(r["log_dir"])
         writer.write_report(
             max(len(measured.epochs) - 1, 0), measured.to_json()
         )

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from keras_xla import backends, xla_setting
 from keras_xla import precision as precision_lib
-from keras_xla import xla_setting
 from keras_xla.auto.policy import AUTO, Candidate
 
 
@@ -39,15 +39,11 @@ class ModelState:
                 config.config["optimizer"] = self.optimizer
         xla_setting.set_xla(model, self.jit)
         if self.set_jit is not None and self.set_jit != _clustering():
-            import tensorflow as tf
-
-            tf.config.optimizer.set_jit(self.set_jit)
+            backends.set_auto_clustering(self.set_jit)
 
 
 def _clustering() -> bool | None:
     """Whether auto-clustering is on (`set_jit`); None off TensorFlow."""
-    from keras_xla import backends
-
     return backends.auto_clustering()
 
 
@@ -96,8 +92,4 @@ def configure(model: Any, original: ModelState, candidate: Candidate):
         precision_lib.apply_policy(model, candidate.policy)
     xla_setting.set_xla(model, candidate.jit)
     if candidate.clustering is not None:
-        import tensorflow as tf
-
-        # Measured (TF 2.21): set_jit takes effect on a built function at
-        # its next call; switching back reuses the compiled clusters.
-        tf.config.optimizer.set_jit(candidate.clustering)
+        backends.set_auto_clustering(candidate.clustering)

@@ -138,8 +138,6 @@ def plan(
     request: Request,
     original: ModelState,
     previous: tuple[Any, ModelState, Decision] | None,
-    runner_type: Callable[..., TrialRunner] | None = None,
-    current: Candidate | None = None,
 ) -> TrialRunner | Decided:
     """Starts the trial (the model in its first candidate's
     configuration), or settles at once.
@@ -150,11 +148,6 @@ def plan(
         original: The model's state before the tuner changed it.
         previous: `(model, kept state, decision)` of an earlier fit's
             trial with the same tuner, if any.
-        runner_type: The backend's runner, called with `(trial,
-            original)`; TensorFlow's `TrialRunner` by default.
-        current: The configuration the fit set the model up in, where a
-            trial that cannot run keeps it (JAX: the fit's own); None:
-            the model goes back as it was compiled (TensorFlow).
     """
     candidates, default = plan_candidates(
         request.jit,
@@ -173,8 +166,7 @@ def plan(
         state.restore(model)
         return Decided(dataclasses.replace(decision, status=Status.REUSED))
     if len(candidates) == 1:
-        if candidates[0] != current:
-            configure(model, original, candidates[0])
+        configure(model, original, candidates[0])
         return Decided(
             Decision(
                 Status.SINGLE,
@@ -208,8 +200,6 @@ def plan(
         )
     if not isinstance(plan, policy.TrialPlan):
         decision = Decision(Status.SKIPPED, None, "", rows)
-        if current is not None:  # the fit's own configuration trains
-            return skipped(decision, *plan)
         return _fall_back(
             model, original, request.xla_possible, decision, *plan
         )
@@ -222,10 +212,7 @@ def plan(
         candidates.sort(key=lambda c: c.name != likely)
     trial = Trial(candidates, default, plan.calls, spe, plan.rounds, tunables=t)
     trial.run_steps = plan.run_steps
-    if runner_type is None:
-        runner = TrialRunner(trial, original, request.xla_possible)
-    else:
-        runner = runner_type(trial, original)
+    runner = TrialRunner(trial, original, request.xla_possible)
     runner.memory = memory
     runner.spans = plan.spans
     runner.switch(model, candidates[0])
@@ -241,16 +228,11 @@ DEFERRED_REASON = (
 
 
 def plan_baseline(
-    model: Any,
-    request: Request,
-    original: ModelState,
-    runner_type: type[TrialRunner] | None = None,
+    model: Any, request: Request, original: ModelState
 ) -> TrialRunner | Measured:
     """A no-XLA baseline for a fit with XLA on: windows without XLA
     interleaved with XLA's, on the schedule `policy.baseline_plan` gives;
-    the model keeps XLA after it. `runner_type` is the backend's runner
-    (`TrialRunner`'s subclass taking `(trial, original, keep=...)`;
-    TensorFlow's own by default)."""
+    the model keeps XLA after it."""
     t = request.tunables or policy.TUNABLES
     spe, steps = request.steps_per_call, request.epoch_steps
     if not request.baseline:
@@ -285,10 +267,7 @@ def plan_baseline(
         plan = dataclasses.replace(plan, extend_to=0)
     dtype = model.dtype_policy.name
     trial, keep = trial_lib.baseline_trial(dtype, plan, spe, t)
-    if runner_type is None:
-        runner = TrialRunner(trial, original, True, keep=keep)
-    else:
-        runner = runner_type(trial, original, keep=keep)
+    runner = TrialRunner(trial, original, True, keep=keep)
     runner.apply(plan)
     runner.unknown_length = not steps
     runner.switch(model, keep)
@@ -434,6 +413,14 @@ class TrialRunner:
         return switched
 
     def switch(self, model: Any, candidate: Candidate) -> None:
+        """Puts the model in `candidate`'s configuration."""
+        if self.active is not None and candidate.policy != self.active.policy:
+            # Keras's JAX loop holds the variables between steps: they
+            # are written back first, so a changed optimizer (loss
+            # scaling) reads them afresh at the next step.
+            sync = getattr(model, "jax_state_sync", None)
+            if sync is not None:
+                sync()
         self.active = candidate
         state = self._states.get(candidate)
         if state is None:
@@ -476,6 +463,15 @@ class TrialRunner:
             )
         return self.settle(model, winner, decision)
 
+    def abandon(self, model: Any) -> None:
+        """The fit ended the windows early: a baseline's model goes back
+        to XLA, a trial's as it was compiled (nothing was chosen)."""
+        logging.getLogger("tensorflow").removeFilter(RETRACE_FILTER)
+        if self.keep is not None:
+            self.switch(model, self.keep)
+        else:
+            as_compiled(model, self.original, self.xla_possible)
+
     def settle(
         self,
         model: Any,
@@ -485,8 +481,7 @@ class TrialRunner:
     ) -> Decided:
         """The trial's result, with the model in `winner`'s configuration;
         with no winner, the model as it was compiled and `skipped`'s
-        `(problem, fix)` in the result. A backend whose candidates are
-        not model settings (on JAX, train functions) overrides it."""
+        `(problem, fix)` in the result."""
         if winner is None:
             return _fall_back(
                 model, self.original, self.xla_possible, decision, *skipped
@@ -561,8 +556,13 @@ def skipped(decision: Decision, problem: str, fix: str) -> Decided:
     return Decided(decision, skipped=(decision.reason, fix))
 
 
-def _fall_back(model, original, xla_possible, decision, problem, fix):
-    """No decision: the model trains as it was compiled."""
+def as_compiled(model, original: ModelState, xla_possible: bool) -> None:
+    """The model as it was compiled (`original`), XLA where possible."""
     original.restore(model)
     xla_setting.set_xla(model, bool(original.jit) and xla_possible)
+
+
+def _fall_back(model, original, xla_possible, decision, problem, fix):
+    """No decision: the model trains as it was compiled."""
+    as_compiled(model, original, xla_possible)
     return skipped(decision, problem, fix)

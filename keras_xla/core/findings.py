@@ -173,6 +173,10 @@ class XLARecompilationWarning(UserWarning):
     """XLA compiled a step again because an input's shape or dtype drifted."""
 
 
+class XLAUnsupportedOpError(ValueError):
+    """The step holds ops XLA cannot compile (`on_unsupported="raise"`)."""
+
+
 RECOMPILATION_CODES = frozenset(
     {
         PARTIAL_LAST_BATCH,

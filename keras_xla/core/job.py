@@ -607,6 +607,16 @@ def gather(
         pause = min(2 * pause, POLL_SECONDS)
 
 
+def chief_report(job_dir: str, worker: Worker, own: XLAReport) -> JobReport:
+    """The job's report, as the chief makes it at its fit's end: every
+    worker's report under `job_dir` (a bounded wait for them; `own` is
+    the chief's), built and written beside them."""
+    reports = gather(job_dir, worker.count, own=own)
+    job = build(reports, worker.count, worker.job)
+    job.write(job_dir)
+    return job
+
+
 def merge(reports: Iterable[XLAReport]) -> JobReport:
     """The job report of workers' reports read from separate log dirs
     (each names its worker)."""

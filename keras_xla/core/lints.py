@@ -129,15 +129,15 @@ def epoch_lints(
     epoch: int,
     median_ms: float | None,
     steps_per_execution: int,
-    misaligned: list[str] = (),
     steps: int | None = None,
     dispatch_ms: float | None = None,
     tuner_ms: float | None = None,
     input_ms: float | None = None,
 ) -> list[tuple[str, str, str]]:
-    """Every lint of one epoch, as `(code, message, fix)`; the alignment
-    lint only for epoch 0. Whether compiling pays back is the verdict's
-    to say (`verdict.compile_dominates`), not a lint's."""
+    """Every lint of one epoch's measured figures, as `(code, message,
+    fix)`. Whether compiling pays back is the verdict's to say
+    (`verdict.compile_dominates`); tensor-core alignment reads the model
+    (`tensor_core_alignment`, TensorFlow's first epoch)."""
     found = []
     if steps == 0:
         found.append(
@@ -150,10 +150,6 @@ def epoch_lints(
                     "ends at once) and steps_per_epoch.",
                 ),
             )
-        )
-    if epoch == 0:
-        found.append(
-            (codes.TENSOR_CORE_ALIGNMENT, tensor_core_alignment(misaligned))
         )
     found.append(
         (

@@ -4,21 +4,23 @@ summaries, and the report's JSON for the "XLA" tab (`keras_xla.dashboard`).
 Events go to `<log_dir>/train`, the run directory that
 `keras.callbacks.TensorBoard` uses for training scalars, with the epoch as
 the step, so both callbacks show side by side when given one `log_dir`.
-The tags and what an epoch writes (`write_epoch`) are the same on every
-backend; only the event writer is the backend's own (an `EventWriter`:
-`tf_backend.summaries.SummaryWriter` through `tf.summary`,
-`jax_backend.summaries.JaxSummaryWriter` through TensorBoard's event file
-writer, without TensorFlow).
+The tags, what an epoch writes (`write_epoch`) and the writer
+(`EventWriter`, TensorBoard's protos in an `event_file.EventFile`) are
+the same on every backend.
 
-Pure logic: nothing here imports TensorFlow, Keras or JAX.
+Nothing here imports TensorFlow, Keras or JAX.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
+import numpy as np
+
 from keras_xla.core import figures, render
+from keras_xla.core.event_file import EventFile
 
 # Scalar tags, one point per epoch: the figures of `core.figures`, by
 # when they are written.
@@ -55,8 +57,9 @@ def epoch_scalars(stats, hlo: dict | None = None) -> dict[str, float]:
 
 
 class EventWriter:
-    """A lazily created event writer for the tuner's summaries; a backend
-    supplies `_open` and the four `write_*` methods.
+    """A lazily created event writer for the tuner's summaries, on every
+    backend: TensorBoard's protos in an `event_file.EventFile`, without
+    TensorFlow.
 
     Args:
         log_dir: The TensorBoard log directory (the one passed to
@@ -65,29 +68,65 @@ class EventWriter:
 
     def __init__(self, log_dir: str) -> None:
         self.log_dir = log_dir
-        self._writer = None
+        self._writer: EventFile | None = None
         self._last_text: dict[str, str] = {}
 
     @property
     def run_dir(self) -> str:
         return os.path.join(self.log_dir, TRAIN_RUN)
 
-    def _open(self) -> Any:
-        """The backend's writer for `run_dir` (with `flush` and `close`)."""
-        raise NotImplementedError
-
-    def _get(self) -> Any:
+    def _get(self) -> EventFile:
         if self._writer is None:
-            self._writer = self._open()
+            self._writer = EventFile(self.run_dir)
         return self._writer
+
+    def _write(self, step: int, values: list) -> None:
+        from tensorboard.compat.proto import event_pb2, summary_pb2
+
+        self._get().add_event(
+            event_pb2.Event(
+                wall_time=time.time(),
+                step=int(step),
+                summary=summary_pb2.Summary(value=values),
+            )
+        )
+
+    @staticmethod
+    def _value(tag: str, array: Any, summary_metadata: Any) -> Any:
+        from tensorboard.compat.proto import summary_pb2
+        from tensorboard.util import tensor_util
+
+        return summary_pb2.Summary.Value(
+            tag=tag,
+            tensor=tensor_util.make_tensor_proto(array),
+            metadata=summary_metadata,
+        )
+
+    @staticmethod
+    def _scalar_metadata() -> Any:
+        from tensorboard.plugins.scalar import metadata as scalar_metadata
+
+        return scalar_metadata.create_summary_metadata(
+            display_name="", description=""
+        )
 
     def write_scalars(self, step: int, scalars: dict[str, float]) -> None:
         """Writes each `tag: value` at `step`; `None` values are skipped."""
-        raise NotImplementedError
+        meta = self._scalar_metadata()
+        values = [
+            self._value(tag, np.array(float(value), np.float32), meta)
+            for tag, value in scalars.items()
+            if value is not None
+        ]
+        if values:
+            self._write(step, values)
 
     def write_step_times(self, points: list[tuple[int, float]]) -> None:
         """`STEP_TIME_TAG` at each `(global step, ms)`, in one go."""
-        raise NotImplementedError
+        meta = self._scalar_metadata()
+        for step, value in points:
+            array = np.array(float(value), np.float32)
+            self._write(step, [self._value(STEP_TIME_TAG, array, meta)])
 
     def write_report(
         self, step: int, report_json: str, tag: str = REPORT_TAG
@@ -95,11 +134,21 @@ class EventWriter:
         """The report's JSON at `step` (the epoch), under `tag`
         (`REPORT_TAG`; the chief's job report: `JOB_TAG`) with the
         dashboard plugin's name, so the "XLA" tab reads it."""
-        raise NotImplementedError
+        from tensorboard.compat.proto import summary_pb2
+
+        meta = summary_pb2.SummaryMetadata.FromString(summary_metadata())
+        array = np.array(report_json.encode("utf-8"), dtype=object)
+        self._write(step, [self._value(tag, array, meta)])
 
     def write_text(self, step: int, tag: str, text: str) -> None:
         """`text` (Markdown) under `tag` at `step`."""
-        raise NotImplementedError
+        from tensorboard.plugins.text import metadata as text_metadata
+
+        meta = text_metadata.create_summary_metadata(
+            display_name="", description=""
+        )
+        array = np.array(text.encode("utf-8"), dtype=object)
+        self._write(step, [self._value(tag, array, meta)])
 
     def write_text_if_changed(self, step: int, tag: str, text: str) -> None:
         """`write_text`, unless `tag` already shows this text."""
@@ -115,6 +164,19 @@ class EventWriter:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+def summary_metadata() -> bytes:
+    """The report tensor's serialized `SummaryMetadata`: the XLA tab's
+    plugin name, a tensor of one string."""
+    from tensorboard.compat.proto import summary_pb2
+
+    return summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(
+            plugin_name=PLUGIN_NAME, content=REPORT_CONTENT
+        ),
+        data_class=summary_pb2.DATA_CLASS_TENSOR,
+    ).SerializeToString()
 
 
 def write_epoch(

@@ -15,6 +15,7 @@ from keras_xla.core.summaries import (
     PLUGIN_NAME,
     REPORT_TAG,
     STEP_TIME_TAG,
+    summary_metadata,
 )
 from keras_xla.core.summaries import REPORT_CONTENT as CONTENT
 
@@ -27,17 +28,5 @@ __all__ = [
     "STEP_TIME_TAG",
     "CONTENT",
     "TAB_NAME",
+    "summary_metadata",
 ]
-
-
-def summary_metadata() -> bytes:
-    """The report tensor's serialized `SummaryMetadata`: this plugin's
-    name, a tensor of one string."""
-    from tensorboard.compat.proto import summary_pb2
-
-    return summary_pb2.SummaryMetadata(
-        plugin_data=summary_pb2.SummaryMetadata.PluginData(
-            plugin_name=PLUGIN_NAME, content=CONTENT
-        ),
-        data_class=summary_pb2.DATA_CLASS_TENSOR,
-    ).SerializeToString()

@@ -103,6 +103,9 @@ class JaxStepLog:
         # Whether collecting waits for the calls' results (not when the
         # fit raised: a call's batch end may never come).
         self.wait = True
+        # The epoch's cache hits and misses so far (the owner's cache
+        # labels read and reset them).
+        self.cache = [0, 0]
         self._retraces: dict[str, int] = {"train": 0, "test": 0}
 
     def begin(self, function: str, batch: int, now: float) -> None:
@@ -139,11 +142,26 @@ class JaxStepLog:
         return self.records[function]
 
     def take(self, function: str) -> list[StepRecord]:
-        """Closes and collects `function`, and hands over its records."""
+        """Closes and collects `function`, and hands over its records;
+        their cache hits and misses count in the epoch's (`cache`)."""
         self.close()
         self.collect(function)
         records, self.records[function] = self.records[function], []
+        self.cache[0] += sum(r.cache_hits for r in records)
+        self.cache[1] += sum(len(r.new) for r in records)
         return records
+
+    def compilations(self, long_call: bool) -> int | None:
+        """The recompilation guard's look: whether the last train call
+        compiled, as JAX's events say, however long it ran (the tap
+        counts other functions' compilations per call: 0)."""
+        calls = self.tap.calls["train"]
+        return 0 if calls and calls[-1].events else None
+
+    def abort(self) -> None:
+        """The fit raised: collecting no longer waits for results (a
+        call's batch end may never come)."""
+        self.wait = False
 
     def _detect(
         self,

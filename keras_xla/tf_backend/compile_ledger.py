@@ -70,7 +70,11 @@ class LedgerStatus:
     set_flags: str | None = None
 
 
-_STATUS = LedgerStatus(None, False, "keras_xla was not imported")
+_STATUS = LedgerStatus(
+    None,
+    False,
+    "keras_xla was not imported with TensorFlow as the Keras backend",
+)
 # In-memory entries: path -> (first listed at, size in bytes).
 _SEEN: dict[str, tuple[float, int]] = {}
 # How many names the in-memory ledger held at the last `stamp()`.
@@ -154,14 +158,6 @@ def _install(environ) -> LedgerStatus:
     value = f"{user.strip()} --{CACHE_FLAG}={directory}".strip()
     environ["TF_XLA_FLAGS"] = value
     return LedgerStatus(directory, True, "", set_flags=value)
-
-
-def leave_off(reason: str) -> LedgerStatus:
-    """Records that the ledger is not set up in this process, and why
-    (another Keras backend: TensorFlow's flags are not touched)."""
-    global _STATUS
-    _STATUS = LedgerStatus(None, False, reason, "Nothing to do.")
-    return _STATUS
 
 
 def _is_other_process_ledger(directory: str) -> bool:

@@ -18,7 +18,9 @@ from keras_xla.auto.policy import AUTO
 from keras_xla.core import cache_directory
 from keras_xla.core.report import JitInfo
 from keras_xla.settings import Settings
+from keras_xla.tf_backend import compile_cache as cache_lib
 from keras_xla.tf_backend import environment as environment_lib
+from keras_xla.tf_backend import flag_guard
 from keras_xla.tf_backend import jit as jit_lib
 
 
@@ -55,8 +57,24 @@ def configure(settings: Settings, model: Any) -> Setup:
         if s.strict and s.jit_compile is True:
             raise ValueError(f"XLA cannot be enabled: {reason}. {fix}")
         findings.append((code, f"XLA is off: {reason}.", fix, ()))
-    findings += s.setup_findings()
+    findings += setup_findings(s)
     cache = None
     if s.cache_status is not None:
         cache = cache_directory.start_section(s.cache_status)
     return Setup(environment, info, cache, findings)
+
+
+def setup_findings(settings: Settings) -> list[tuple[str, str, str, tuple]]:
+    """`(code, message, fix, place)` for bad XLA flags (those found when
+    the tuner was made, those fixed at import) and the compile cache."""
+    out = [
+        (
+            p.code,
+            p.message,
+            p.suggestion or "Remove the flag.",
+            (p.variable, p.flag),
+        )
+        for p in settings.flag_problems
+    ]
+    out += [fix.finding() for fix in flag_guard.FIXES]
+    return out + cache_lib.setup_findings(settings.cache_status)

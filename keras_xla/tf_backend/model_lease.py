@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from keras_xla.auto.model_state import ModelState
-from keras_xla.tf_backend.profiler import on_error
+from keras_xla.core.interrupts import on_error
 
 # Keras's own calls between the hooks of a fit (the epoch's metrics, the
 # validation run, resetting the metrics): if one raises, the fit is over

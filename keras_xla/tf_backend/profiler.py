@@ -244,30 +244,6 @@ class ProfileWindow:
         return sorted(events, key=lambda e: e.start)
 
 
-# How Keras's loop learns that the data ended: not an interruption.
-END_OF_DATA = ("StopIteration", "OutOfRangeError")
-
-
-def on_error(fn, handler):
-    """`fn` that calls `handler()` when it raises, a KeyboardInterrupt
-    included, then lets the error go on; the end of the data (which
-    Keras's loop catches) is not an error here, and a failing handler is
-    ignored (the user's error is the one that counts)."""
-
-    def guarded(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except BaseException as error:
-            if type(error).__name__ not in END_OF_DATA:
-                try:
-                    handler()
-                except Exception:  # noqa: BLE001 - never mask the error
-                    pass
-            raise
-
-    return guarded
-
-
 class ProfileRun:
     """A fit's `profile_steps` window: made at its first train call,
     started and stopped by call index, stopped too if the fit is

@@ -79,6 +79,9 @@ class StepLog:
         capacity = probe.slots // steps_per_call - 1 if probe else 1 << 30
         self.timer = StepTimer(steps_per_call, capacity)
         self.records: dict[str, list[StepRecord]] = {"train": [], "test": []}
+        # XLA's compilations the ledger held at the guard's last look
+        # (None: not looked yet).
+        self._written: int | None = None
 
     def begin(self, function: str, batch: int, now: float) -> None:
         """A call of `function` at step `batch` begins (`now`: the clock
@@ -209,11 +212,34 @@ class StepLog:
         return found
 
     def take(self, function: str) -> list[StepRecord]:
-        """Closes and collects `function`, and hands over its records."""
+        """Closes and collects `function`, and hands over its records.
+        What the ledger holds now is not the next train call's: the
+        guard's next look starts here."""
         self.close()
         self.collect(function)
         records, self.records[function] = self.records[function], []
+        if self._written is not None:
+            self._written = compile_ledger.written()
         return records
+
+    def compilations(self, long_call: bool) -> int | None:
+        """The recompilation guard's look: a call long enough to have
+        compiled counts where XLA's ledger recorded compilations since
+        the last look (one listing of it, against 0.6 ms to collect the
+        calls); None where it cannot have compiled."""
+        if not long_call:
+            return None
+        written = compile_ledger.written()
+        if written is None:
+            return 0  # no ledger: the calls themselves say
+        seen, self._written = self._written, written
+        if seen is None:
+            return 0  # the first look: what the ledger held is not known
+        return written - seen or None
+
+    def abort(self) -> None:
+        """The fit raised: nothing waits here (TensorFlow's calls return
+        with their results)."""
 
     def _collect_full(self, full: tuple[str, int] | None) -> None:
         if full is not None:

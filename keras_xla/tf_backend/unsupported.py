@@ -17,8 +17,9 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from keras_xla.core.findings import XLAUnsupportedOpError  # noqa: F401
+
 MARKER = "Detected unsupported operations when trying to compile"
-CHOICES = ("fallback", "raise")
 
 _OP = re.compile(
     r"(\w+) \(No registered '\w+' OpKernel for \w+ devices compatible "
@@ -26,10 +27,6 @@ _OP = re.compile(
 )
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 _LIBRARY_PARTS = ("site-packages", "dist-packages", "/keras/", "/tensorflow/")
-
-
-class XLAUnsupportedOpError(ValueError):
-    """The step holds ops XLA cannot compile (`on_unsupported="raise"`)."""
 
 
 @dataclasses.dataclass(frozen=True)
