@@ -468,3 +468,58 @@ def test_tuner_reports_import_fixes_and_strict_raises(guard_state):
     assert finding.fix == (
         "Correct TF_XLA_FLAGS where it is set: XLA_FLAGS=--xla_dump_to=/d."
     )
+
+
+def test_well_known_flags_have_the_installed_tensorflows_types():
+    tables = flag_tables.tables()
+    for variable, types in flag_tables.WELL_KNOWN.items():
+        assert tables[variable].complete
+        assert {n: tables[variable].types.get(n, "absent") for n in types} == (
+            types
+        )
+
+
+QUICK_CASES = [
+    {"TF_XLA_FLAGS": "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"},
+    {"XLA_FLAGS": "--xla_force_host_platform_device_count=2 --xla_dump_to=/d"},
+    {"TF_XLA_FLAGS": "--tf_xla_auto_jit=yes"},
+    {"TF_XLA_FLAGS": "--tf_xla_cpu_global_jit=on --tf_xla_min_cluster_size"},
+    {"XLA_FLAGS": "--xla_force_host_platform_device_count=two"},
+    {"XLA_FLAGS": "--xla_dump_hlo_as_text=yes --xla_dump_to /d"},
+    {"XLA_FLAGS": "xla_dump_to=/d"},
+]
+
+
+@pytest.mark.parametrize("environ", QUICK_CASES)
+def test_a_quick_check_of_well_known_flags_asks_no_probe(environ, monkeypatch):
+    full = F.check_flags(environ)
+
+    def no_probe():
+        raise AssertionError("probed")
+
+    monkeypatch.setattr(flag_tables, "tables", no_probe)
+    quick = F.check_flags(environ, quick=True)
+    assert quick == full  # The same problems, messages and fixes.
+    if "yes" in str(environ) or "two" in str(environ):
+        assert "invalid-xla-flag-value" in [p.code for p in quick]
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"TF_XLA_FLAGS": "--tf_xla_auto_jit=2 --tf_xla_dump_to=/d"},
+        {"TF_XLA_FLAGS": "--tf_xla_clustering_fuel=3"},  # not well-known
+        {"XLA_FLAGS": "-xla_dump_to=/d"},  # one dash: a likely fix
+        {"XLA_FLAGS": "--noxla_dump_hlo_as_text"},
+        {"XLA_FLAGS": "--tf_xla_auto_jit=2"},  # the other variable's
+    ],
+)
+def test_a_quick_check_asks_tensorflow_for_any_other_flag(environ, monkeypatch):
+    full = F.check_flags(environ)
+    asked = []
+    tables = flag_tables.tables()
+    monkeypatch.setattr(
+        flag_tables, "tables", lambda: asked.append(1) or tables
+    )
+    assert F.check_flags(environ, quick=True) == full
+    assert asked == [1]

@@ -6,9 +6,13 @@ machine (flag tables, peak FLOP/s, remembered decisions).
 owned by another user, writable by every user) is replaced for this
 process by a private folder in the temporary directory (created `0o700`
 and checked to be this user's own, never through a link), or, failing
-that, by memory (`json_files` keeps what it could not write): one logged
-reason, and the next process finds what this one measured, so nothing
-slow (the flag-table probe at import) runs again.
+that, by memory (`json_files` keeps its files there, never on disk in a
+home it cannot use). The reason is warned once per machine, not per
+process: the fallback remembers that it was said (`NOT_USED_FILE`), and
+later processes log it at debug level; only memory, which remembers
+nothing, says it in every process that needs the home. The next process
+finds what this one measured in the fallback, so nothing slow (the
+flag-table probe) runs again.
 """
 
 from __future__ import annotations
@@ -18,10 +22,15 @@ import logging
 import os
 import stat
 import tempfile
+from collections.abc import Callable
+
+from keras_xla.core import json_files
 
 logger = logging.getLogger(__name__)
 
 VARIABLE = "KERAS_XLA_CACHE_DIR"
+# In the fallback: each home it stands in for -> the reason warned.
+NOT_USED_FILE = "homes_not_used.json"
 # Configured home -> the directory used for it in this process.
 _CHOSEN: dict[str, str] = {}
 _HOME = "the cache home"
@@ -65,20 +74,43 @@ def _choose(home: str) -> str:
     if problem is None:
         return home
     fallback, why_not = _private_temporary()
-    if fallback is not None:
-        instead = f"using {fallback} instead"
+    if fallback is None:
+        # Nowhere to keep files, nor that this was said: every process
+        # that needs the home says it, and never touches it.
+        json_files.keep_in_memory(home)
+        where = f"in memory for this process ({why_not})"
+        _say(logger.warning, home, problem, where)
     else:
-        instead = f"keeping its measurements in memory ({why_not})"
-    logger.warning(
-        "keras_xla: its cache home %s cannot be used (%s); %s. Set %s to a "
-        "directory of your own to keep them.",
-        home,
-        problem,
-        instead,
-        VARIABLE,
-    )
+        said = os.path.join(fallback, NOT_USED_FILE)
+        where = f"in {fallback} instead"
+        if json_files.read_object(said).get(home) == problem:
+            _say(logger.debug, home, problem, where)  # Warned before.
+        else:
+            _say(logger.warning, home, problem, where)
+            _remember_said(said, home, problem)
     _said.add(_HOME)  # Failed writes there need no second warning.
     return fallback or home
+
+
+def _say(log: Callable[..., None], home: str, problem: str, where: str) -> None:
+    log(
+        "keras_xla: its cache home %s cannot be used (%s); it keeps its "
+        "measurements %s. Set %s to a directory of your own to choose "
+        "another.",
+        home,
+        problem,
+        where,
+        VARIABLE,
+    )
+
+
+def _remember_said(path: str, home: str, problem: str) -> None:
+    """Notes in the fallback that `home`'s `problem` was warned, so later
+    processes do not warn again; a failure only means they will."""
+    try:
+        json_files.update(path, lambda data: data.update({home: problem}))
+    except OSError as error:
+        logger.debug("keras_xla: cannot note %s (%s).", path, error)
 
 
 def unusable(home: str) -> str | None:

@@ -4,7 +4,10 @@ changed under a lock.
 
 A file whose directory cannot be written is kept in memory for this
 process instead (`update`), so a later read in the process still sees
-what it would have kept.
+what it would have kept. A directory keras_xla must not use at all (a
+cache home that is another user's, or every user's, with no fallback)
+is kept in memory from the start (`keep_in_memory`): its files are
+never read or written on disk.
 """
 
 from __future__ import annotations
@@ -18,6 +21,19 @@ from keras_xla.core import files
 
 # Path -> the object this process could not keep on disk.
 _IN_MEMORY: dict[str, dict] = {}
+# Directories whose files live in memory only (`keep_in_memory`).
+_MEMORY_ONLY: set[str] = set()
+
+
+def keep_in_memory(directory: str) -> None:
+    """Keeps the files of `directory` in memory for this process: they
+    are never read from disk (what is there may not be keras_xla's) nor
+    written there."""
+    _MEMORY_ONLY.add(os.path.abspath(directory))
+
+
+def _memory_only(path: str) -> bool:
+    return os.path.dirname(os.path.abspath(path)) in _MEMORY_ONLY
 
 
 def read_object(path: str) -> dict:
@@ -26,7 +42,7 @@ def read_object(path: str) -> dict:
     (`update`) is read from memory."""
     if path in _IN_MEMORY:
         return dict(_IN_MEMORY[path])
-    return _read_disk(path)
+    return {} if _memory_only(path) else _read_disk(path)
 
 
 def _read_disk(path: str) -> dict:
@@ -55,8 +71,15 @@ def update(path: str, change: Callable[[dict], Any]) -> dict:
 
     When the file cannot be written, the object is kept in memory for
     this process (and read back from there), and `OSError` is raised
-    for the caller to log.
+    for the caller to log. In a directory kept in memory
+    (`keep_in_memory`) it is kept there without a word: its owner said
+    so once.
     """
+    if _memory_only(path):
+        data = read_object(path)
+        change(data)
+        _IN_MEMORY[path] = data
+        return data
     try:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         with files.locked(path):

@@ -12,6 +12,11 @@ TensorFlow merely ignores is left alone. What was changed is kept in
 the values as the user set them stay readable (`original()`), so
 `keras-xla doctor` diagnoses the environment as it was.
 
+The check asks TensorFlow for its flag table (a child process of seconds,
+kept in the cache home) only for a flag outside the built-in table of
+well-known ones (`flag_tables.WELL_KNOWN`): where nothing can be kept, a
+usual flag costs no probe at import.
+
 `KERAS_XLA_FIX_FLAGS=0` turns this off. Once TensorFlow has started it
 does nothing: TensorFlow read the flags already.
 """
@@ -68,7 +73,8 @@ def guard(environ=None, tensorflow_started: bool = False) -> list[FlagFix]:
     ):
         return []
     try:
-        problems = flags_lib.check_flags(environ)
+        # Built-in types where they suffice: no probe (seconds) at import.
+        problems = flags_lib.check_flags(environ, quick=True)
         fixes = []
         for problem in problems:
             if problem.code in flags_lib.HARMLESS:

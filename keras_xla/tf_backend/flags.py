@@ -9,7 +9,9 @@ does not exist: the HLO dump is `XLA_FLAGS=--xla_dump_to=DIR`. Also fatal:
 starting with `-` (read as a flags file) naming no file. A word not starting
 with `-` silently ends parsing. `check_flags()` finds all this first.
 
-Known flags come from the installed TensorFlow (`flag_tables`).
+Known flags come from the installed TensorFlow (`flag_tables`); at import
+(`quick=True`) a variable whose flags are all well-known ones is checked
+against the built-in table instead, without asking TensorFlow.
 """
 
 from __future__ import annotations
@@ -241,9 +243,15 @@ def _likely(name: str, variable: str, tables) -> tuple[str, str] | None:
     return None
 
 
+def _named(flag: Flag, types: Mapping[str, str | None]) -> bool:
+    """Whether `flag` is written `--NAME` with a NAME in `types`: then its
+    diagnosis needs only its type, not the rest of the table."""
+    return bool(re.match(r"--[^-]", flag.raw)) and flag.name in types
+
+
 def _diagnose(variable: str, flag: Flag, tables) -> FlagProblem | None:
     name, value, types = flag.name, flag.value, tables[variable].types
-    if re.match(r"--[^-]", flag.raw) and name in types:
+    if _named(flag, types):
         kind, raw = types[name], flag.raw
         if value is None and kind not in ("bool", None):
             fix = f"{variable}=--{name}=VALUE"
@@ -268,7 +276,21 @@ def _diagnose(variable: str, flag: Flag, tables) -> FlagProblem | None:
     return None
 
 
-def _check_variable(variable: str, value: str) -> list[FlagProblem]:
+def _tables(variable: str, flags: list[Flag], quick: bool) -> dict:
+    """The tables to check `flags` against: the built-in ones when `quick`
+    and every flag is a well-known one (the same diagnoses, no probe),
+    else the installed TensorFlow's."""
+    if not flags:
+        return {}
+    well_known = flag_tables.WELL_KNOWN[variable]
+    if quick and all(_named(flag, well_known) for flag in flags):
+        return flag_tables.well_known()
+    return flag_tables.tables()
+
+
+def _check_variable(
+    variable: str, value: str, quick: bool = False
+) -> list[FlagProblem]:
     text = value.strip(_SPACE)
     if text[:1] not in ("", "-"):
         if not os.path.isfile(value):
@@ -277,7 +299,7 @@ def _check_variable(variable: str, value: str) -> list[FlagProblem]:
         with open(value) as f:
             text = f.read()
     flags, ignored = _split(text)
-    tables = flag_tables.tables() if flags else {}
+    tables = _tables(variable, flags, quick)
     problems = [_diagnose(variable, flag, tables) for flag in flags]
     if ignored:
         # `--name = 2` or `--name =2`: the value is the word after `=`.
@@ -291,7 +313,9 @@ def _check_variable(variable: str, value: str) -> list[FlagProblem]:
     return [problem for problem in problems if problem is not None]
 
 
-def check_flags(environ: Mapping[str, str] | None = None) -> list[FlagProblem]:
+def check_flags(
+    environ: Mapping[str, str] | None = None, *, quick: bool = False
+) -> list[FlagProblem]:
     """Finds the flags TensorFlow would abort on, or silently ignore.
 
     Nothing here goes through TensorFlow's parser: it is safe before
@@ -301,6 +325,15 @@ def check_flags(environ: Mapping[str, str] | None = None) -> list[FlagProblem]:
 
     Args:
         environ: The environment to check. Defaults to `os.environ`.
+        quick: Check a variable whose flags are all well-known ones
+            (`flag_tables.WELL_KNOWN`, each written `--NAME`) against
+            that built-in table, without asking TensorFlow for its own
+            (a child process of seconds where no table is kept yet). The
+            problems found are the same: such a flag's diagnosis needs
+            only its type, so `--tf_xla_auto_jit=yes` is still an
+            `invalid-xla-flag-value`. Another flag is checked against
+            TensorFlow's table. `import keras_xla` checks this way.
+            Defaults to `False`.
 
     Returns:
         One `FlagProblem` per problem, `TF_XLA_FLAGS` first.
@@ -309,7 +342,8 @@ def check_flags(environ: Mapping[str, str] | None = None) -> list[FlagProblem]:
     problems = []
     for variable in VARIABLES:
         try:
-            problems += _check_variable(variable, environ.get(variable, ""))
+            value = environ.get(variable, "")
+            problems += _check_variable(variable, value, quick)
         except Exception:  # Diagnostics never raise.
             logger.exception("Could not check %s.", variable)
     return problems
