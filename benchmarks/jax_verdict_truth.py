@@ -228,7 +228,7 @@ def main():
     for name in args.models:
         report = tuned(name)
         verdict = report.verdict
-        tuner_ms = report.epochs[-1].step_time_ms
+        last = report.epochs[-1]
         auto = tuned(name, jit_compile="auto")
         no_xla_ms, xla_ms, speedups, no_xla_wall, xla_wall = separate(
             name, args.blocks
@@ -249,9 +249,10 @@ def main():
             f"{no_xla_wall / xla_wall:.3f}"
         )
         print(
-            f"  tuner, last epoch: median {tuner_ms['median']} ms "
-            f"(dispatch {tuner_ms.get('dispatch_median')} ms), "
-            f"{tuner_ms['median'] / xla_ms:.3f} of the separate XLA fits'"
+            f"  tuner, last epoch: median {last.step_time_ms['median']} ms "
+            f"(dispatch {last.dispatch_ms_median} ms), "
+            f"{last.step_time_ms['median'] / xla_ms:.3f} of the separate "
+            "XLA fits'"
         )
         if verdict is not None and verdict.speedup is not None:
             low, high = verdict.speedup_low, verdict.speedup_high

@@ -610,16 +610,7 @@ class FitOwner:
 
     def _lints(self, stats: Any, records: list) -> list[tuple]:
         """The epoch's lints (`core.lints`) on its figures."""
-        times = stats.step_time_ms
-        return lints.epoch_lints(
-            stats.epoch,
-            times["median"],
-            self._steps_per_call(),
-            steps=stats.steps,
-            dispatch_ms=times.get("dispatch_median"),
-            tuner_ms=times.get("tuner_median"),
-            input_ms=times.get("input_median"),
-        )
+        return lints.epoch_lints(stats, self._steps_per_call())
 
     def _judge(self) -> None:
         """The verdict, and the finding that reads it (whether compiling

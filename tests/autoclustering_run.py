@@ -65,9 +65,7 @@ def main():
                 "summary": report.summary(),
                 "clustered_ops": len(clustered),
                 "clustered_stamps": sorted(o for o in clustered if SCOPE in o),
-                "input_ms": [
-                    e.step_time_ms.get("input_median") for e in report.epochs
-                ],
+                "input_ms": [e.input_ms_median for e in report.epochs],
             }
         )
     )

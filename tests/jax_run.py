@@ -12,6 +12,7 @@ Usage: python jax_run.py LOG_DIR SCENARIO [SCENARIO ...] [--cache DIR]
     [--with-tensorflow]
 """
 
+import dataclasses
 import json
 import os
 import re
@@ -89,10 +90,10 @@ def summary(tuner, start):
                 "by_function": e.by_function,
                 "steps": e.steps,
                 "median": e.step_time_ms["median"],
-                "dispatch": e.step_time_ms["dispatch_median"],
-                "tuner": e.step_time_ms["tuner_median"],
-                "input": e.step_time_ms["input_median"],
-                "input_share": e.step_time_ms["input_share"],
+                "dispatch": e.dispatch_ms_median,
+                "tuner": e.tuner_ms_median,
+                "input": e.input_ms_median,
+                "input_share": e.input_share,
                 "spikes": e.spikes,
                 "hits": e.compile_cache_hits,
                 "misses": e.compile_cache_misses,
@@ -126,12 +127,7 @@ def summary(tuner, start):
         "environment": report.environment,
         # What the epoch lints read, to check them against core.lints.
         "lints": {
-            "medians": [e.step_time_ms["median"] for e in report.epochs],
-            "dispatch": [
-                e.step_time_ms["dispatch_median"] for e in report.epochs
-            ],
-            "tuner": [e.step_time_ms["tuner_median"] for e in report.epochs],
-            "steps": [e.steps for e in report.epochs],
+            "epochs": [dataclasses.asdict(e) for e in report.epochs],
             "params": {k: tuner.params.get(k) for k in ("steps", "epochs")},
             "spe": int(tuner.model.steps_per_execution or 1),
         },

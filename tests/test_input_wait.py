@@ -91,13 +91,13 @@ def test_a_slow_pipeline_is_input_bound_and_the_verdict_says_so_first(
         times = epoch.step_time_ms
         # Each batch took the planted sleep (and the map's own work) to
         # make, while the call waited for it; the step is a few ms.
-        assert sleep_ms <= times["input_median"] <= sleep_ms + 5.0
+        assert sleep_ms <= epoch.input_ms_median <= sleep_ms + 5.0
         # Its share lies between the sleep's and the bound above's, each
         # over the median step (a busy machine hands the batch over late).
         planted = sleep_ms / times["median"]
         slack = 5.0 / times["median"]
-        assert planted - 0.02 <= times["input_share"] <= planted + slack
-        assert times["input_share"] >= 0.7
+        assert planted - 0.02 <= epoch.input_share <= planted + slack
+        assert epoch.input_share >= 0.7
     assert "input-bound" in report.finding_codes()
     verdict = report.verdict
     assert verdict.input_share >= 0.7
@@ -116,11 +116,11 @@ def test_a_python_generator_that_sleeps_is_input_bound(tmp_path):
 
     tuner = XLATuner(verbose=0, log_dir=str(tmp_path), baseline=False)
     report = fit(model(), batches(), tuner, epochs=1, steps_per_epoch=24)
-    times = report.epochs[0].step_time_ms
+    (epoch,) = report.epochs
     # Keras may fetch the next batch while a step runs: the wait is the
     # sleep less that overlap, and most of each step.
-    assert 20.0 <= times["input_median"] <= 50.0
-    assert times["input_share"] >= 0.5
+    assert 20.0 <= epoch.input_ms_median <= 50.0
+    assert epoch.input_share >= 0.5
     assert "input-bound" in report.finding_codes()
 
 
@@ -129,9 +129,9 @@ def test_a_fast_pipeline_is_seen_and_not_input_bound(tmp_path):
     tuner = XLATuner(verbose=0, log_dir=str(tmp_path), baseline=False)
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
     report = fit(model(), data, tuner, epochs=1)
-    times = report.epochs[0].step_time_ms
-    assert times["input_median"] is not None
-    assert 0.0 <= times["input_median"] < 1.0
+    wait_ms = report.epochs[0].input_ms_median
+    assert wait_ms is not None
+    assert 0.0 <= wait_ms < 1.0
     assert "input-bound" not in report.finding_codes()
 
 
@@ -143,7 +143,7 @@ def test_one_slow_batch_is_an_input_spike():
     kinds = {s["step"]: s["kind"] for s in report.epochs[0].spikes}
     assert kinds[9] == spikes.INPUT
     # The others wait only for the map's own work (a Python call each).
-    assert report.epochs[0].step_time_ms["input_median"] < 10.0
+    assert report.epochs[0].input_ms_median < 10.0
 
 
 def test_several_steps_per_call_are_not_stamped(tmp_path):
@@ -151,7 +151,7 @@ def test_several_steps_per_call_are_not_stamped(tmp_path):
     # nothing is guessed.
     tuner = XLATuner(verbose=0, log_dir=str(tmp_path), baseline=False)
     report = fit(model(steps_per_execution=2), slow_dataset(12), tuner)
-    assert report.epochs[0].step_time_ms.get("input_median") is None
+    assert report.epochs[0].input_ms_median is None
     assert "input-bound" not in report.finding_codes()
 
 

@@ -394,18 +394,12 @@ def test_jit_compile_false_runs_op_by_op_and_counts_no_step_compile(fits):
 def expected_lints(summary):
     """`core.lints.epoch_lints` on the figures the report holds."""
     from keras_xla.core import lints
+    from keras_xla.core.report import EpochStats
 
     seen = []
-    figures = summary["lints"]
-    for epoch, median in enumerate(figures["medians"]):
-        found = lints.epoch_lints(
-            epoch,
-            median,
-            figures["spe"],
-            steps=figures["steps"][epoch],
-            dispatch_ms=figures["dispatch"][epoch],
-            tuner_ms=figures["tuner"][epoch],
-        )
+    read = summary["lints"]
+    for row in read["epochs"]:
+        found = lints.epoch_lints(EpochStats(**row), read["spe"])
         seen += [code for code, _, _ in found if code not in seen]
     return sorted(seen)
 

@@ -278,6 +278,27 @@ def test_nan_in_a_free_form_field_is_null_in_json(tmp_path, capsys):
     assert "tensorflow 2.21.0, peak nan" in out.splitlines()
 
 
+def test_an_earlier_writers_names_are_read_under_the_names_now():
+    """A report written before each figure had one name kept the host's
+    time, the wait and the tuner's own time in `step_time_ms`."""
+    data = full_report()
+    data["epochs"][0]["step_time_ms"].update(
+        dispatch_median=0.5, input_median=3.0, input_share=0.15
+    )
+    data["epochs"][0]["step_time_ms"]["tuner_median"] = "bad"
+    # Where both are there, the name now wins.
+    data["epochs"][1]["step_time_ms"]["input_median"] = 9.0
+    data["epochs"][1]["input_ms_median"] = 4.0
+    report = XLAReport.from_dict(data)
+    first, second = report.epochs
+    assert first.step_time_ms == {"median": 2.0, "p90": 4.0}
+    assert (first.dispatch_ms_median, first.input_ms_median) == (0.5, 3.0)
+    assert (first.input_share, first.tuner_ms_median) == (0.15, None)
+    assert second.input_ms_median == 4.0
+    assert report.skipped == ["epochs[0].tuner_ms_median (bad value 'bad')"]
+    assert XLAReport.from_dict(report.to_dict()).epochs == report.epochs
+
+
 def test_wrong_types_inside_fields_are_skipped(tmp_path, capsys):
     data = full_report()
     data["jit"] = ["not", "an", "object"]

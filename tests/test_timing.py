@@ -120,3 +120,15 @@ def test_a_cluster_entry_dated_at_a_short_calls_end_is_that_calls():
     )
     assert (full.entries, short.entries) == ([], ["b"])
     assert short.new == [(0, 0)] and not full.new
+
+
+def test_a_record_field_per_step_over_the_pooled_records():
+    records = [rec(0.9, new=[0]), rec(0.04, steps=4), rec(0.02, steps=2)]
+    records[0].own_seconds = 1.0  # compiled: out of the pool
+    records[1].own_seconds = 0.004  # 1 ms a step
+    records[2].own_seconds = 0.006  # 3 ms a step
+    stats = run_statistics(records)
+    assert stats.per_step("own_seconds") == pytest.approx(0.002)
+    assert stats.per_step("own_seconds", 90) == pytest.approx(0.0028)
+    # A field no pooled call measured has no statistic.
+    assert stats.per_step("input_seconds") is None

@@ -122,7 +122,7 @@ def test_an_input_bound_run_puts_the_input_first():
 
     # 60 ms without XLA, 40 with, 20 of each waiting for the batch.
     report = report_with(60.0, 40.0, 1000, 1.0)
-    report.epochs[0].step_time_ms["input_median"] = 20.0
+    report.epochs[0].input_ms_median = 20.0
     message, fix = lints.input_bound(40.0, 20.0)
     assert "waits 20.00 ms of its 40.00 ms (50%)" in message
     assert "prefetch(tf.data.AUTOTUNE)" in fix and "workers=N" in fix
@@ -143,14 +143,14 @@ def test_an_input_bound_run_puts_the_input_first():
     # A short wait is not input-bound, and says nothing first.
     assert lints.input_bound(40.0, 4.0) is None
     assert lints.input_bound(0.2, 0.1) is None  # under 1 ms: the loop's
-    report.epochs[0].step_time_ms["input_median"] = 4.0
+    report.epochs[0].input_ms_median = 4.0
     report.findings.clear()  # the lint found nothing to say
     quick = verdict.build(report)
     assert quick.input_share == 0.1
     assert quick.headline.startswith("XLA made each step 1.50x")
     # Where the wait is not seen (TensorFlow at several steps per call),
     # there is no figure.
-    del report.epochs[0].step_time_ms["input_median"]
+    report.epochs[0].input_ms_median = None
     untimed = verdict.build(report)
     assert (untimed.input_share, untimed.compute_speedup) == (None, None)
 

@@ -14,7 +14,7 @@ Pure logic: nothing here imports TensorFlow or Keras.
 
 from __future__ import annotations
 
-from keras_xla.core import spikes
+from keras_xla.core import figures, spikes
 from keras_xla.core.findings import FindingBook
 from keras_xla.core.report import (
     Compilation,
@@ -33,7 +33,6 @@ from keras_xla.core.signatures import (
 from keras_xla.core.timing import (
     StepRecord,
     estimate_compile_seconds,
-    ms,
     run_statistics,
 )
 
@@ -174,7 +173,7 @@ class Accountant:
                         step=record.first_step + index,
                         shapes={t.path: list(t.shape) for t in sig.tensors},
                         dtypes={t.path: t.dtype for t in sig.tensors},
-                        compile_seconds=round(seconds, 4),
+                        compile_seconds=figures.rounded(seconds),
                         first=not previous,
                         started_at=round(record.started_at, 6),
                         replica=replica,
@@ -202,8 +201,8 @@ class Accountant:
             {"compilations": 0, "compile_seconds": 0.0, "recompilations": 0},
         )
         result["compilations"] += counts["compilations"]
-        result["compile_seconds"] = round(
-            result["compile_seconds"] + counts["compile_seconds"], 4
+        result["compile_seconds"] = figures.rounded(
+            result["compile_seconds"] + counts["compile_seconds"]
         )
         result["recompilations"] += recompiles
         result["stats"] = stats
@@ -220,39 +219,21 @@ class Accountant:
             for name, result in (("train", train), ("test", test))
             if result
         }
+        labelled = spikes.label(train_records, stats.median_seconds)
+        counted = {
+            key: sum(r[key] for r in by_function.values())
+            for key in ("compilations", "compile_seconds", "recompilations")
+        }
         epoch_stats = EpochStats(
             epoch=self.epoch,
             steps=stats.steps,
-            compilations=sum(r["compilations"] for r in by_function.values()),
-            compile_seconds=round(
-                sum(r["compile_seconds"] for r in by_function.values()), 4
-            ),
-            recompilations=sum(
-                r["recompilations"] for r in by_function.values()
-            ),
-            step_time_ms={
-                "median": ms(stats.median_seconds),
-                "p90": ms(stats.p90_seconds),
-                # The host's time in the call (None: not seen apart).
-                "dispatch_median": ms(stats.dispatch_median_seconds),
-                # The tuner's own work per step (its cost).
-                "tuner_median": ms(stats.own_median_seconds),
-                # Waiting for the batch (None: not seen apart, TF).
-                "input_median": ms(stats.input_median_seconds),
-                # The wait's share of the median step.
-                "input_share": _share(
-                    stats.input_median_seconds, stats.median_seconds
-                ),
-            },
-            examples_per_second=_round(stats.examples_per_second),
-            examples_per_second_overall=_round(
-                stats.examples_per_second_overall
-            ),
             by_function=by_function,
-        )
-        epoch_stats.spikes = spikes.label(train_records, stats.median_seconds)
-        epoch_stats.unexplained_seconds = spikes.unexplained_seconds(
-            epoch_stats.spikes
+            spikes=labelled,
+            **figures.measured(
+                stats,
+                unexplained_seconds=spikes.unexplained_seconds(labelled),
+                **counted,
+            ),
         )
         self.report.epochs.append(epoch_stats)
         # Validation finishes before the epoch: restore time order.
@@ -289,7 +270,7 @@ class Accountant:
                 before=change.before,
                 after=change.after,
                 cause=change.cause,
-                compile_seconds=round(seconds, 4),
+                compile_seconds=figures.rounded(seconds),
                 message=f"{message} Recompiled in {seconds:.2f} s.",
                 fix=fix,
                 changes=[
@@ -335,14 +316,3 @@ def both_causes(change, function: str, changes) -> tuple[str, str]:
     if others:
         message += " Either change alone compiles the step again: fix both."
     return fix, message
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)
-
-
-def _share(part: float | None, whole: float | None) -> float | None:
-    """`part / whole` to four decimals, at most 1; None without both."""
-    if part is None or not whole:
-        return None
-    return round(min(part / whole, 1.0), 4)

@@ -10,7 +10,6 @@ Pure logic: nothing here imports TensorFlow or Keras.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Sequence
 
 from keras_xla.core import figures
@@ -30,20 +29,11 @@ COMPARED = (
 
 def run_totals(report: XLAReport) -> dict[str, float | None]:
     """Per-run totals: each compared figure summed or the median over
-    epochs (`Figure.across`)."""
-
-    def median(values):
-        values = [v for v in values if v is not None]
-        return statistics.median(values) if values else None
-
+    epochs (`Figure.over`)."""
     epochs = report.epochs
     totals = {"epochs": len(epochs), "steps": sum(e.steps for e in epochs)}
     for f in figures.COMPARED:
-        values = [f.value(e) for e in epochs]
-        if f.across == "sum":
-            totals[f.key] = sum(v or 0 for v in values)
-        else:
-            totals[f.key] = median(values)
+        totals[f.key] = f.over(epochs)
     totals["speedup"] = report.verdict.speedup if report.verdict else None
     return totals
 

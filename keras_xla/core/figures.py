@@ -1,18 +1,23 @@
-"""Every per-epoch figure the tuner reports, declared once.
+"""Every per-epoch figure the tuner reports, declared once: how it is
+measured, rounded, written and shown.
 
-A `Figure` names its TensorBoard tag (also its key in Keras's `logs`),
-where its value lives in the report, its unit, its digits, its column in
-the epoch tables and how two runs compare on it. The TensorBoard scalars
-(`core.summaries`), Keras's `logs`, the summary and `keras-xla report`'s
-epoch table (`core.render`), the comparison of two runs (`core.compare`),
-the XLA tab's epoch table (`keras_xla.dashboard.views`) and the README's
-table of tags all read `FIGURES`; a test keeps the README equal to it.
-Adding a figure means declaring it here, measuring it, and a test.
+A `Figure` has one name, its `key`: its field in the report's epochs
+(`step_time_ms.median`: a key of the epoch's `step_time_ms`) and, as
+`xla/` and the key with `_` for `.`, its TensorBoard scalar and Keras
+`logs` key. It is measured from the epoch's train steps (`measure`, on
+their `timing.RunStatistics`: the accountant fills an epoch by
+iterating `FIGURES`, `measured`), counted by another part, or read from
+the report (`read`). `report.EpochStats` has a field for each; the
+scalars (`core.summaries`), Keras's `logs`, the epoch tables
+(`core.render`, `keras_xla.dashboard.views`), the comparison of two
+runs (`core.compare`) and the README's table of tags (a test keeps it
+equal) read `FIGURES`. A new figure measured from the steps' records
+is declared here alone.
 
-Rounding is one rule for every backend: seconds and milliseconds as
-measured (the accountant rounds them), ratios and rates to six
-significant digits (`significant`): a tiny model's TFLOP/s and
-utilization are far below any fixed number of decimals.
+Rounding is one rule for every figure and backend (`rounded`): counts
+and flags as they are, any other value to six significant digits (a
+tuner's microseconds per step, a tiny model's TFLOP/s, a long
+compile's seconds: no fixed number of decimals suits them all).
 
 Pure logic: nothing here imports TensorFlow, Keras or JAX.
 """
@@ -20,6 +25,7 @@ Pure logic: nothing here imports TensorFlow, Keras or JAX.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -40,9 +46,22 @@ WAIT_SEEN = (
 )
 
 
-def significant(value: float | None, digits: int = 6) -> float | None:
-    """`value` to `digits` significant digits (None stays None)."""
-    return None if value is None else float(f"{value:.{digits}g}")
+def rounded(value: Any) -> Any:
+    """A figure's value as the report keeps it, the one rule: None, a
+    count and a flag as they are, any other number to six significant
+    digits."""
+    if value is None or isinstance(value, (bool, int)):
+        return value
+    return float(f"{value:.6g}")
+
+
+def share(part: float | None, whole: float | None) -> float | None:
+    """`part / whole`, at most 1, rounded; None without both: the wait
+    for the batch as a share of a step (the epoch's `input_share`, the
+    verdict's, the `input-bound` lint's)."""
+    if part is None or not whole:
+        return None
+    return rounded(min(part / whole, 1.0))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,10 +69,10 @@ class Figure:
     """One per-epoch figure.
 
     Args:
-        key: Its name in the report: an `EpochStats` field, a key of its
-            `step_time_ms` (`step_time_ms.median`), or of the HLO section.
-        tag: Its TensorBoard scalar and Keras `logs` key (`xla/...`), or
-            None where it is only in the report and the comparison.
+        key: Its one name: its field in the report's epochs (an
+            `EpochStats` field, or a key of its `step_time_ms`:
+            `step_time_ms.median`), or of the HLO section where `read`
+            takes it from there.
         meaning: One line for the README's table and the docs.
         unit: Its unit (`ms`, `s`, `1/s`, ...; empty for a count).
         digits: Decimals shown in tables; None for an integer.
@@ -61,18 +80,24 @@ class Figure:
         label: Its name in a comparison of two runs (defaults to `key`).
         better: In a comparison, +1 if higher is better, -1 if lower, 0
             neither; None: not compared.
-        across: How a run's epochs combine in a comparison (`sum`,
-            `median`).
+        across: How a run's epochs combine (`over`: `sum`, `median`),
+            in a comparison and the tables' totals.
         when: When it is written (`EVERY_EPOCH`, `AFTER_HLO`,
             `WITH_CACHE`, `APART`, `WAIT_SEEN`; one that is not measured
             on a backend or in an epoch is left out of that epoch's
             scalars).
+        tagged: Whether it is a TensorBoard scalar and in Keras's `logs`.
+        measure: How it is measured from the epoch's train steps: their
+            `timing.RunStatistics` -> its value in `unit` (None: not
+            measured there); None where the accountant counts it
+            (compilations), the owner sets it (the cache's counts) or
+            `read` derives it.
         read: Its value from an epoch's `EpochStats` and the report's
-            HLO section (a dict, or None); defaults to reading `key`.
+            HLO section (a dict, or None), for a figure the epoch does
+            not keep; None: the epoch's field `key`.
     """
 
     key: str
-    tag: str | None
     meaning: str
     unit: str = ""
     digits: int | None = 2
@@ -81,23 +106,39 @@ class Figure:
     better: int | None = None
     across: str = "median"
     when: str = EVERY_EPOCH
+    tagged: bool = True
+    measure: Callable[[Any], float | None] | None = None
     read: Callable[[Any, dict | None], float | None] | None = None
+
+    @property
+    def tag(self) -> str | None:
+        """Its TensorBoard scalar and Keras `logs` key, or None."""
+        return "xla/" + self.key.replace(".", "_") if self.tagged else None
 
     def value(self, stats: Any, hlo: dict | None = None) -> float | None:
         """This figure in an epoch (`stats`, the report's `hlo`)."""
         if self.read is not None:
-            return self.read(stats, hlo)
-        return epoch_value(stats, self.key)
+            return rounded(self.read(stats, hlo))
+        name, _, inner = self.key.partition(".")
+        value = getattr(stats, name, None)
+        return (value or {}).get(inner) if inner else value
+
+    def over(self, epochs: list) -> float | None:
+        """This figure over `epochs` (`across`): the sum, or the median
+        of the epochs that have it (None where none has)."""
+        found = [v for v in (self.value(e) for e in epochs) if v is not None]
+        if self.across == "sum":
+            return sum(found)
+        return statistics.median(found) if found else None
 
 
-def epoch_value(stats: Any, key: str) -> Any:
-    """`key` of an `EpochStats` (`step_time_ms.median`: a key of its
-    `step_time_ms` dict), or None where it has none."""
-    name, _, inner = key.partition(".")
-    value = getattr(stats, name, None)
-    if inner:
-        return (value or {}).get(inner)
-    return value
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000.0
+
+
+def _per_step_ms(field: str, q: float = 50) -> Callable[[Any], float | None]:
+    """The `q`th percentile per step of a record `field`, in ms."""
+    return lambda run: _ms(run.per_step(field, q))
 
 
 def _tflops(stats: Any, hlo: dict | None) -> float | None:
@@ -106,7 +147,7 @@ def _tflops(stats: Any, hlo: dict | None) -> float | None:
     flops = (hlo or {}).get("flops_per_step")
     if not (median_ms and flops):
         return None
-    return significant(flops / (median_ms / 1000.0) / 1e12)
+    return flops / (median_ms / 1000.0) / 1e12
 
 
 def _hlo(key: str) -> Callable[[Any, dict | None], float | None]:
@@ -116,7 +157,6 @@ def _hlo(key: str) -> Callable[[Any, dict | None], float | None]:
 FIGURES: tuple[Figure, ...] = (
     Figure(
         "compilations",
-        "xla/compilations",
         "XLA compilations in the epoch, train and validation, first ones "
         "included",
         digits=None,
@@ -126,7 +166,6 @@ FIGURES: tuple[Figure, ...] = (
     ),
     Figure(
         "recompilations",
-        "xla/recompilations",
         "compilations after each function's first",
         digits=None,
         column="recompiles",
@@ -135,7 +174,6 @@ FIGURES: tuple[Figure, ...] = (
     ),
     Figure(
         "compile_seconds",
-        "xla/compile_seconds",
         "estimated seconds spent compiling",
         unit="s",
         column="compile s",
@@ -145,7 +183,6 @@ FIGURES: tuple[Figure, ...] = (
     ),
     Figure(
         "step_time_ms.median",
-        "xla/step_time_ms_median",
         "median train step time over the steps that did not compile: "
         "until the step's results exist, not until the call returns (see "
         '"How a step is timed"); an epoch whose every step compiled has '
@@ -155,36 +192,37 @@ FIGURES: tuple[Figure, ...] = (
         column="median ms",
         label="median step ms",
         better=-1,
+        measure=lambda run: _ms(run.median_seconds),
     ),
     Figure(
         "step_time_ms.p90",
-        "xla/step_time_ms_p90",
         "90th percentile of those steps' times",
         unit="ms",
         column="p90 ms",
+        measure=lambda run: _ms(run.p90_seconds),
     ),
     Figure(
         "examples_per_second",
-        "xla/examples_per_second",
         "train throughput over those steps",
         unit="1/s",
         digits=1,
         column="ex/s",
         label="examples/s (steady)",
         better=+1,
+        measure=lambda run: run.examples_per_second,
     ),
     Figure(
         "examples_per_second_overall",
-        None,
         "train throughput over every step, compiling ones included",
         unit="1/s",
         digits=1,
         label="examples/s incl. compile",
         better=+1,
+        tagged=False,
+        measure=lambda run: run.examples_per_second_overall,
     ),
     Figure(
         "unexplained_seconds",
-        "xla/unexplained_seconds",
         "seconds of train steps that stood out (twice the median and more) "
         "with no compilation, input wait or warm-up to explain them: a "
         "host pause, another process, a callback",
@@ -192,45 +230,45 @@ FIGURES: tuple[Figure, ...] = (
         digits=3,
     ),
     Figure(
-        "step_time_ms.dispatch_median",
-        "xla/dispatch_ms_median",
+        "dispatch_ms_median",
         "the host's time in a step's call (from its start to its return, "
         "less its wait for the batch)",
         unit="ms",
         when=APART,
+        measure=_per_step_ms("dispatch_seconds"),
     ),
     Figure(
-        "step_time_ms.input_median",
-        "xla/input_ms_median",
+        "input_ms_median",
         "the time a step waits for its batch",
         unit="ms",
         column="wait ms",
         when=WAIT_SEEN,
+        measure=_per_step_ms("input_seconds"),
     ),
     Figure(
-        "step_time_ms.input_share",
-        "xla/input_share",
+        "input_share",
         "the share of the median step spent waiting for its batch",
         digits=3,
         when=WAIT_SEEN,
+        measure=lambda run: share(
+            run.per_step("input_seconds"), run.median_seconds
+        ),
     ),
     Figure(
-        "step_time_ms.tuner_median",
-        "xla/tuner_ms_median",
+        "tuner_ms_median",
         "the tuner's own time per step, in its hooks",
         unit="ms",
         digits=3,
+        measure=_per_step_ms("own_seconds"),
     ),
     Figure(
         "jit_compile",
-        "xla/jit_compile",
         "1 when XLA is on at the end of the epoch, else 0",
         digits=None,
         read=lambda stats, hlo: 1.0 if stats.jit_compile else 0.0,
     ),
     Figure(
         "fusion_ratio",
-        "xla/fusion_ratio",
         "the share of the train step's kernels that are fusions",
         digits=4,
         when=AFTER_HLO,
@@ -238,7 +276,6 @@ FIGURES: tuple[Figure, ...] = (
     ),
     Figure(
         "kernels_per_step",
-        "xla/kernels_per_step",
         "kernels the train step launches",
         digits=None,
         when=AFTER_HLO,
@@ -246,7 +283,6 @@ FIGURES: tuple[Figure, ...] = (
     ),
     Figure(
         "achieved_tflops",
-        "xla/achieved_tflops",
         "the train step's FLOPs over its median time",
         unit="TFLOP/s",
         digits=4,
@@ -255,14 +291,12 @@ FIGURES: tuple[Figure, ...] = (
     ),
     Figure(
         "compile_cache_hits",
-        "xla/compile_cache_hits",
         "compilations the persistent compile cache served",
         digits=None,
         when=WITH_CACHE,
     ),
     Figure(
         "compile_cache_misses",
-        "xla/compile_cache_misses",
         "compilations it did not serve",
         digits=None,
         when=WITH_CACHE,
@@ -288,14 +322,39 @@ def columns(epochs: list) -> tuple[Figure, ...]:
 
 # The figures two runs are compared on.
 COMPARED = tuple(f for f in FIGURES if f.better is not None)
-# Throughput, steady and including compile time: the comparison's
-# conclusion reads them.
+# The figures the comparison's conclusion (throughput, steady and
+# including compile time), the lints and the verdict read.
 COMPILATIONS = BY_KEY["compilations"]
 THROUGHPUT = BY_KEY["examples_per_second"]
 THROUGHPUT_OVERALL = BY_KEY["examples_per_second_overall"]
 MEDIAN_STEP = BY_KEY["step_time_ms.median"]
-DISPATCH = BY_KEY["step_time_ms.dispatch_median"]
-INPUT_WAIT = BY_KEY["step_time_ms.input_median"]
+DISPATCH = BY_KEY["dispatch_ms_median"]
+INPUT_WAIT = BY_KEY["input_ms_median"]
+TUNER = BY_KEY["tuner_ms_median"]
+# The figures an epoch keeps as fields of its own (`report.EpochStats`
+# declares some; it is given one field for each of the others).
+KEPT = tuple(f.key for f in FIGURES if f.read is None and "." not in f.key)
+
+
+def measured(run: Any, **counted: Any) -> dict[str, Any]:
+    """An epoch's figures as `EpochStats` arguments, each rounded by the
+    one rule: every figure with a `measure`, from `run` (the epoch's
+    train steps' `timing.RunStatistics`), and those counted elsewhere as
+    given (`counted`, by key: the accountant's compilations, ...)."""
+    unknown = set(counted) - set(BY_KEY)
+    if unknown:
+        raise ValueError(f"Not figures: {sorted(unknown)}.")
+    fields: dict[str, Any] = {}
+    for f in FIGURES:
+        if f.measure is None and f.key not in counted:
+            continue
+        value = rounded(f.measure(run) if f.measure else counted[f.key])
+        name, _, inner = f.key.partition(".")
+        if inner:
+            fields.setdefault(name, {})[inner] = value
+        else:
+            fields[name] = value
+    return fields
 
 
 def tags(when: str) -> tuple[str, ...]:

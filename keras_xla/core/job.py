@@ -44,7 +44,7 @@ import statistics
 import time
 from collections.abc import Iterable
 
-from keras_xla.core import files, spikes
+from keras_xla.core import figures, files, spikes
 from keras_xla.core import findings as codes
 from keras_xla.core.report import REPORT_FILENAME, XLAReport
 
@@ -179,11 +179,7 @@ class JobReport:
 def row_of(report: XLAReport, index: int) -> WorkerRow:
     """A worker's row from its report."""
     worker = report.worker or {}
-    medians = [
-        e.step_time_ms.get("median")
-        for e in report.epochs
-        if e.step_time_ms and e.step_time_ms.get("median") is not None
-    ]
+    step_ms = figures.MEDIAN_STEP.over(report.epochs)
     verdict = report.verdict
     return WorkerRow(
         index=index,
@@ -205,7 +201,7 @@ def row_of(report: XLAReport, index: int) -> WorkerRow:
         compile_seconds=round(
             sum(c.compile_seconds for c in report.compile_log), 3
         ),
-        step_ms=round(statistics.median(medians), 4) if medians else None,
+        step_ms=figures.rounded(step_ms),
         train_steps=sum(e.steps for e in report.epochs),
         finished=bool(worker.get("finished")),
         xla_step_ms=verdict.xla_step_ms if verdict else None,

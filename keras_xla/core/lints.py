@@ -9,6 +9,9 @@ Pure logic: nothing here imports TensorFlow or Keras.
 
 from __future__ import annotations
 
+from typing import Any
+
+from keras_xla.core import figures
 from keras_xla.core import findings as codes
 
 DISPATCH_MS = 1.0  # median steps shorter than this are launch-dominated
@@ -73,10 +76,8 @@ def input_bound(
     """A step that waits `INPUT_SHARE` or more of its median time
     (`median_ms`), and `INPUT_MIN_MS` or more, for its batch (`input_ms`,
     the median wait, where it is measured apart)."""
-    if not median_ms or input_ms is None:
-        return None
-    share = min(input_ms / median_ms, 1.0)
-    if share < INPUT_SHARE or input_ms < INPUT_MIN_MS:
+    share = figures.share(input_ms, median_ms)
+    if share is None or share < INPUT_SHARE or input_ms < INPUT_MIN_MS:
         return None
     return (
         f"Each train step waits {input_ms:.2f} ms of its {median_ms:.2f} ms "
@@ -126,38 +127,36 @@ def tensor_core_alignment(misaligned: list[str]) -> tuple[str, str] | None:
 
 
 def epoch_lints(
-    epoch: int,
-    median_ms: float | None,
-    steps_per_execution: int,
-    steps: int | None = None,
-    dispatch_ms: float | None = None,
-    tuner_ms: float | None = None,
-    input_ms: float | None = None,
+    stats: Any, steps_per_execution: int
 ) -> list[tuple[str, str, str]]:
-    """Every lint of one epoch's measured figures, as `(code, message,
-    fix)`. Whether compiling pays back is the verdict's to say
-    (`verdict.compile_dominates`); tensor-core alignment reads the model
-    (`tensor_core_alignment`, TensorFlow's first epoch)."""
+    """Every lint of one epoch's figures (`stats`, its `EpochStats`), as
+    `(code, message, fix)`. Whether compiling pays back is the verdict's
+    to say (`verdict.compile_dominates`); tensor-core alignment reads the
+    model (`tensor_core_alignment`, TensorFlow's first epoch)."""
+    median_ms = figures.MEDIAN_STEP.value(stats)
     found = []
-    if steps == 0:
+    if stats.steps == 0:
         found.append(
             (
                 codes.NO_STEPS,
                 (
-                    f"Epoch {epoch} trained no step: the dataset gave no "
-                    "batch.",
+                    f"Epoch {stats.epoch} trained no step: the dataset gave "
+                    "no batch.",
                     "Check the dataset (filters, take/skip, a generator that "
                     "ends at once) and steps_per_epoch.",
                 ),
             )
         )
+    dispatch_ms = figures.DISPATCH.value(stats)
     found.append(
         (
             codes.DISPATCH_BOUND_STEPS,
             dispatch_bound(median_ms, steps_per_execution, dispatch_ms),
         )
     )
+    input_ms = figures.INPUT_WAIT.value(stats)
     found.append((codes.INPUT_BOUND, input_bound(median_ms, input_ms)))
+    tuner_ms = figures.TUNER.value(stats)
     found.append(
         (
             codes.TUNER_OVERHEAD,

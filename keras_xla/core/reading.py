@@ -1,15 +1,17 @@
 """Reading report JSON that a newer, older, damaged or hostile writer
 produced.
 
-A report is read as far as it can be: a key this version does not know
-is skipped, an optional field that is null or of the wrong type takes its
-default, and a row or section missing a required field (or holding a bad
-one) is left out. A number field holds a finite number no longer than a
-64-bit integer (NaN, Infinity or a 400-digit number is a bad value), and
-the lists and dicts the renderers read into hold items of the types they
-expect (`_CONTENTS`). Each of these is noted in `skipped` with where it
-was (`epochs[2].steps`), so `keras-xla report` can say what it did not
-show. JSON nested deeper than any report is refused (`parse`).
+A report is read as far as it can be: a field an earlier writer named
+otherwise is read under its name now (`RENAMED`), a key this version
+does not know is skipped, an optional field that is null or of the
+wrong type takes its default, and a row or section missing a required
+field (or holding a bad one) is left out. A number field holds a
+finite number no longer than a 64-bit integer (NaN, Infinity or a
+400-digit number is a bad value), and the lists and dicts the renderers
+read into hold items of the types they expect (`_CONTENTS`). Each of
+these is noted in `skipped` with where it was (`epochs[2].steps`), so
+`keras-xla report` can say what it did not show. JSON nested deeper
+than any report is refused (`parse`).
 
 Pure logic: nothing here imports TensorFlow or Keras.
 """
@@ -66,6 +68,19 @@ _CONTENTS: dict[tuple[str, str], str | dict[str, str]] = {
 _LENGTHS: dict[tuple[str, str], int] = {("ProfileSection", "steps"): 2}
 
 _BAD = object()  # A field value that cannot be read.
+
+# Fields an earlier writer of this schema kept under another name, by
+# dataclass: where it was (`outer.inner`, a key of the dict field
+# `outer`) and the field it is now. The value moves to its field unless
+# that holds one too.
+RENAMED: dict[str, dict[str, str]] = {
+    "EpochStats": {
+        "step_time_ms.dispatch_median": "dispatch_ms_median",
+        "step_time_ms.input_median": "input_ms_median",
+        "step_time_ms.input_share": "input_share",
+        "step_time_ms.tuner_median": "tuner_ms_median",
+    },
+}
 
 
 def parse(text: str) -> Any:
@@ -151,6 +166,7 @@ def read(cls: type, data: Any, where: str, skipped: list[str]):
     if not isinstance(data, dict):
         skipped.append(f"{where} (not an object)")
         return None
+    data = _renamed(cls, data)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     for key in data:
         if key not in fields:
@@ -181,6 +197,19 @@ def read(cls: type, data: Any, where: str, skipped: list[str]):
         else:
             skipped.append(f"{where}.{name} (bad value {shown(data[name])})")
     return cls(**kwargs)
+
+
+def _renamed(cls: type, data: dict) -> dict:
+    """`data` with the fields `RENAMED` for `cls` under their names now."""
+    data = dict(data)
+    for old, new in RENAMED.get(cls.__name__, {}).items():
+        outer, _, inner = old.partition(".")
+        holder = data.get(outer)
+        if isinstance(holder, dict) and inner in holder:
+            data[outer] = {k: v for k, v in holder.items() if k != inner}
+            if data.get(new) is None:
+                data[new] = holder[inner]
+    return data
 
 
 def _read_contents(

@@ -135,9 +135,7 @@ def epoch_table(report: XLAReport, totals: bool = False) -> list[str]:
     if totals:
         epochs = report.epochs
         sums = (
-            figures.cell(f, sum(f.value(e) or 0 for e in epochs))
-            if f.across == "sum"
-            else ""
+            figures.cell(f, f.over(epochs)) if f.across == "sum" else ""
             for f in shown
         )
         rows.append(("total", str(sum(e.steps for e in epochs)), *sums))

@@ -15,7 +15,7 @@ import os
 import re
 from typing import Any
 
-from keras_xla.core import files, reading
+from keras_xla.core import figures, files, reading
 from keras_xla.core.sections import (
     BaselineSection,
     CandidateResult,
@@ -134,8 +134,12 @@ class Compilation:
 
 
 @dataclasses.dataclass
-class EpochStats:
-    """Per-epoch figures; `compilations` counts every XLA compilation."""
+class _DeclaredEpochStats:
+    """An epoch's figures (`core.figures`, which measures them): these
+    fields, and one `float | None` field (None: not measured) for each
+    other figure the registry keeps in the epoch (`dispatch_ms_median`,
+    `input_ms_median`, `input_share`, `tuner_ms_median`, ...).
+    `compilations` counts every XLA compilation."""
 
     epoch: int
     steps: int
@@ -153,6 +157,20 @@ class EpochStats:
     # (`core.spikes`), and the seconds nothing explains.
     spikes: list = dataclasses.field(default_factory=list)
     unexplained_seconds: float = 0.0
+
+
+# A figure declared in the registry alone gets its field here.
+_DECLARED = {f.name for f in dataclasses.fields(_DeclaredEpochStats)}
+EpochStats = dataclasses.make_dataclass(
+    "EpochStats",
+    [
+        (key, "float | None", dataclasses.field(default=None))
+        for key in figures.KEPT
+        if key not in _DECLARED
+    ],
+    bases=(_DeclaredEpochStats,),
+    namespace={"__module__": __name__, "__doc__": _DeclaredEpochStats.__doc__},
+)
 
 
 @dataclasses.dataclass

@@ -14,6 +14,8 @@ import math
 import statistics
 from collections.abc import Sequence
 
+from keras_xla.core.figures import rounded
+
 
 @dataclasses.dataclass
 class StepRecord:
@@ -90,14 +92,15 @@ class StepRecord:
 
 
 def ms(seconds: float | None) -> float | None:
-    """Seconds as milliseconds, rounded to 4 digits (None stays None)."""
-    return None if seconds is None else round(seconds * 1000.0, 4)
+    """Seconds as milliseconds, rounded by the figures' one rule
+    (`figures.rounded`; None stays None)."""
+    return None if seconds is None else rounded(seconds * 1000.0)
 
 
 def median_seconds(values: Sequence[float]) -> float | None:
-    """The median of `values` (seconds) to 0.1 ms, or None without any:
+    """The median of `values` (seconds), rounded, or None without any:
     the compile cache's hit and miss medians, on every backend."""
-    return round(statistics.median(values), 4) if values else None
+    return rounded(statistics.median(values)) if values else None
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -114,7 +117,13 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 @dataclasses.dataclass
 class RunStatistics:
-    """Robust statistics of one function's steps in one epoch or run."""
+    """Robust statistics of one function's steps in one epoch or run.
+
+    `pool` holds the records the per-step statistics are over: those
+    that did not compile, trace or warm up, or every one where none was
+    steady. A figure measured from the run (`core.figures`) reads these
+    fields, or any record field's statistics per step (`per_step`).
+    """
 
     steps: int
     median_seconds: float | None
@@ -122,9 +131,26 @@ class RunStatistics:
     steady_steps: int
     examples_per_second: float | None
     examples_per_second_overall: float | None
-    dispatch_median_seconds: float | None = None
-    own_median_seconds: float | None = None
-    input_median_seconds: float | None = None
+    pool: Sequence[StepRecord] = dataclasses.field(default=(), repr=False)
+    # Each `per_step` statistic, once computed.
+    _found: dict = dataclasses.field(
+        default_factory=dict, repr=False, compare=False
+    )
+
+    def per_step(self, field: str, q: float = 50) -> float | None:
+        """The `q`th percentile (the median by default) of a record
+        `field` (seconds of the call: `dispatch_seconds`, `input_seconds`,
+        `own_seconds`) per step, over the pooled records that measured
+        it; None where none did."""
+        if (field, q) not in self._found:
+            values = [
+                value / max(r.steps, 1)
+                for r in self.pool
+                if (value := getattr(r, field)) is not None
+            ]
+            found = percentile(values, q) if values else None
+            self._found[field, q] = found
+        return self._found[field, q]
 
 
 def run_statistics(
@@ -166,21 +192,8 @@ def run_statistics(
         examples_per_second_overall=(
             all_examples / all_time if all_time > 0 and all_examples else None
         ),
-        dispatch_median_seconds=_median_per_step(pool, "dispatch_seconds"),
-        own_median_seconds=_median_per_step(pool, "own_seconds"),
-        input_median_seconds=_median_per_step(pool, "input_seconds"),
+        pool=pool,
     )
-
-
-def _median_per_step(records: Sequence[StepRecord], field: str) -> float | None:
-    """The median per step of a record's `field` (seconds of the call),
-    over the records that measured it; None where none did."""
-    values = [
-        getattr(r, field) / max(r.steps, 1)
-        for r in records
-        if getattr(r, field) is not None
-    ]
-    return percentile(values, 50) if values else None
 
 
 def estimate_compile_seconds(

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
 
+from keras_xla.core import figures
 from keras_xla.core import findings as codes
 from keras_xla.core.report import BaselineSection, Verdict, XLAReport
 from keras_xla.core.signatures import FINDING_CODES
@@ -70,11 +70,9 @@ def build(report: XLAReport) -> Verdict:
     if bound is not None and compile_s > bound:
         paid_back = False
     wait_ms = input_wait_ms(report)
-    input_share = compute = None
-    if wait_ms is not None and xla:
-        input_share = round(min(wait_ms / xla, 1.0), 3)
-        if base and xla > wait_ms and base > wait_ms:
-            compute = round((base - wait_ms) / (xla - wait_ms), 3)
+    compute = None
+    if wait_ms is not None and base and xla and min(base, xla) > wait_ms:
+        compute = round((base - wait_ms) / (xla - wait_ms), 3)
     verdict = Verdict(
         xla_enabled=enabled,
         speedup=speedup,
@@ -89,7 +87,7 @@ def build(report: XLAReport) -> Verdict:
         speedup_low=low,
         speedup_high=high,
         saving_bound_seconds=bound,
-        input_share=input_share,
+        input_share=figures.share(wait_ms, xla),
         compute_speedup=compute,
     )
     verdict.next_steps = next_steps(
@@ -182,14 +180,10 @@ def compile_dominates(
             "save even if XLA's step took no time (the verdict).",
             COMPILE_FIX,
         )
-    medians = [
-        e.step_time_ms["median"]
-        for e in report.epochs
-        if (e.step_time_ms or {}).get("median")
-    ]
-    if not medians or not steps:
+    median_ms = figures.MEDIAN_STEP.over(report.epochs)
+    if not median_ms or not steps:
         return None
-    train_seconds = steps * statistics.median(medians) / 1000.0
+    train_seconds = steps * median_ms / 1000.0
     if v.compile_seconds <= 0.5 * train_seconds:
         return None
     needed = (train_seconds + v.compile_seconds) / train_seconds
@@ -216,12 +210,7 @@ def best_case_break_even(
 def input_wait_ms(report: XLAReport) -> float | None:
     """The median over epochs of each step's wait for its batch (ms),
     where it was measured apart (None elsewhere)."""
-    waits = [
-        e.step_time_ms["input_median"]
-        for e in report.epochs
-        if (e.step_time_ms or {}).get("input_median") is not None
-    ]
-    return statistics.median(waits) if waits else None
+    return figures.INPUT_WAIT.over(report.epochs)
 
 
 def no_xla_bound_ms(report: XLAReport) -> float | None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from keras_xla.core import files
 from keras_xla.core import findings as codes
-from keras_xla.core.figures import significant
+from keras_xla.core.figures import rounded
 from keras_xla.core.report import EpochStats, HloSection
 from keras_xla.core.timing import steady_signature
 from keras_xla.jax_backend import environment, hlo
@@ -125,7 +125,7 @@ def _add_rates(section, stats, model, peak_flops) -> None:
     if not (median and section.flops_per_step):
         return
     achieved = section.flops_per_step / (median / 1000.0)
-    section.achieved_tflops = significant(achieved / 1e12)
+    section.achieved_tflops = rounded(achieved / 1e12)
     dtype = model.dtype_policy.compute_dtype
     try:
         peak = hlo.peak_flops(peak_flops, dtype)
@@ -133,5 +133,5 @@ def _add_rates(section, stats, model, peak_flops) -> None:
         peak = None
         logger.info("No peak FLOP/s on JAX: %s", error)
     if peak:
-        section.peak_tflops = significant(peak / 1e12)
-        section.utilization = significant(achieved / peak)
+        section.peak_tflops = rounded(peak / 1e12)
+        section.utilization = rounded(achieved / peak)

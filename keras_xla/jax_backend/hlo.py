@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from keras_xla.core import hardware, peaks
+from keras_xla.core.figures import rounded
 from keras_xla.core.report import HloSection
 from keras_xla.jax_backend.tap import untapped
 
@@ -279,7 +280,7 @@ def analyze(
         kernels_per_step=counts["kernels"],
         fusions=counts["fusions"],
         fusion_ratio=(
-            round(counts["fused"] / counts["compute"], 4)
+            rounded(counts["fused"] / counts["compute"])
             if counts["compute"]
             else 0.0
         ),

@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from keras_xla.core import findings
-from keras_xla.core.figures import significant
+from keras_xla.core.figures import rounded
 from keras_xla.core.report import HloSection
 from keras_xla.core.signatures import Signature
 from keras_xla.tf_backend import cache_entry, compile_ledger
@@ -120,7 +120,7 @@ def analyze_train_step(
         analysis_seconds=round(time.perf_counter() - start, 3),
         kernels_per_step=result.kernels_per_step,
         fusions=result.fusions,
-        fusion_ratio=round(result.fusion_ratio, 4),
+        fusion_ratio=rounded(result.fusion_ratio),
         converts=result.converts,
         unfused_converts=result.unfused_converts,
         flops_per_step=result.flops,
@@ -130,7 +130,7 @@ def analyze_train_step(
         achieved_tflops=_tera(achieved),
         peak_tflops=_tera(peak),
         utilization=(
-            significant(flops_lib.utilization(achieved, peak))
+            rounded(flops_lib.utilization(achieved, peak))
             if achieved and peak
             else None
         ),
@@ -276,4 +276,4 @@ def _listify(node):
 
 
 def _tera(value: float | None) -> float | None:
-    return None if value is None else significant(value / 1e12)
+    return None if value is None else rounded(value / 1e12)
