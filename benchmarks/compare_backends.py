@@ -4,7 +4,7 @@
 and the answer it prints (the README's `keras-xla run` example).
 
 Each configuration runs in its own process, alternate rounds in reverse
-order until the fastest leads clearly (`keras_xla.run_compare`).
+order until the fastest leads clearly (`keras_xla.cli.compare`).
 
 Run: python benchmarks/compare_backends.py [--epochs 3] [--log-dir DIR]
      [--rounds 2] [--baseline]

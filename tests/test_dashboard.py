@@ -274,7 +274,7 @@ def dump_dom(url: str) -> str:
     reason="no chromium binary (Debian: apt-get install chromium)",
 )
 def test_the_xla_tab_renders_in_a_browser(logs, tmp_path):
-    from keras_xla import run_compare
+    from keras_xla.cli import compare as run_compare
 
     log_dir, reports = logs
     report = reports[XLA_RUN]

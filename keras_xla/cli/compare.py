@@ -154,7 +154,7 @@ def environment(config: Configuration) -> dict:
 
 
 def run_once(config: Configuration, argv: list[str], env: dict) -> dict:
-    """Runs one configuration; its result (`script_run.result_dict`), its
+    """Runs one configuration; its result (`cli.script.result_dict`), its
     exit code, and the last lines the script printed on stderr (the
     command's own lines left out: they are verdicts, not failures)."""
     with tempfile.TemporaryDirectory(prefix="keras_xla_compare_") as tmp:
@@ -263,8 +263,8 @@ def _summary(fits: list[dict]) -> dict:
         "step_ms_range": longest["step_ms_range"],
         "log_dirs": [f["log_dir"] for f in fits],
         "report_dir": longest["log_dir"],
-        "dispatch_ms": longest["dispatch_ms"],
-        "input_ms": longest["input_ms"],
+        "dispatch_ms_median": longest["dispatch_ms_median"],
+        "input_ms_median": longest["input_ms_median"],
         "backend_seen": longest["backend"],
         "xla": longest["xla"],
         "codes": longest["codes"],
@@ -411,16 +411,16 @@ def _reason(best: dict, default: dict) -> str:
             "timed steps (start-up, tracing, evaluation)."
         )
     codes = default.get("codes") or []
-    if "dispatch-bound-steps" in codes and default.get("dispatch_ms"):
+    dispatch_ms = default.get("dispatch_ms_median")
+    input_ms = default.get("input_ms_median")
+    if "dispatch-bound-steps" in codes and dispatch_ms:
         parts.append(
             f"{_name(default)} is dispatch-bound: launching a step takes "
-            f"{default['dispatch_ms']:.2f} ms of its {default['step_ms']:.2f}"
-            " ms"
+            f"{dispatch_ms:.2f} ms of its {default['step_ms']:.2f} ms"
         )
-    elif "input-bound" in codes and default.get("input_ms"):
+    elif "input-bound" in codes and input_ms:
         parts.append(
-            f"{_name(default)} waits {default['input_ms']:.2f} ms a step for "
-            "its input"
+            f"{_name(default)} waits {input_ms:.2f} ms a step for its input"
         )
     if fast and slow:
         parts.append(
@@ -497,7 +497,7 @@ def twin(configs: list[Configuration], result: dict) -> Configuration | None:
 
 def passed_options(given: dict, steps: int | None) -> list[str]:
     """The tuner's flags (and `--steps`) as each run gets them."""
-    from keras_xla.run_command import flag
+    from keras_xla.cli.tuner_flags import flag
 
     out = []
     for name, value in given.items():

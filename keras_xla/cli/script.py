@@ -12,7 +12,7 @@ command's flags, its log dir `<log_dir>/<name>/fit-<n>`), and with
 steps. Keras is never imported before the script does it, so the
 backend the script picks (`KERAS_BACKEND`) is the one it gets.
 
-After the script, `FitRun`s say what each fit's tuner found; the command
+After the script, `ScriptFit`s say what each fit's tuner found; the command
 prints their verdicts after the script's own output.
 """
 
@@ -37,7 +37,7 @@ MODEL_MODULE = "keras.src.models.model"
 
 
 @dataclasses.dataclass
-class FitRun:
+class ScriptFit:
     """One `Model.fit` the script ran: its name (`fit-<n>`), its log
     dir, and the tuner that watched it (the script's own, where it gave
     one)."""
@@ -79,17 +79,11 @@ class FitRun:
             "compile_seconds": round(report.total_compile_seconds, 3),
             "step_ms": statistics.median(medians) if medians else None,
             "step_ms_range": [min(medians), max(medians)] if medians else None,
-            "dispatch_ms": _epoch_median(epochs, figures.DISPATCH),
-            "input_ms": _epoch_median(epochs, figures.INPUT_WAIT),
+            figures.DISPATCH.key: figures.DISPATCH.over(epochs),
+            figures.INPUT_WAIT.key: figures.INPUT_WAIT.over(epochs),
             "codes": report.finding_codes(),
             "headline": verdict.headline if verdict else None,
         }
-
-
-def _epoch_median(epochs: list, figure: figures.Figure) -> float | None:
-    """The median over `epochs` of a figure (None where none has it)."""
-    found = [v for v in (figure.value(e) for e in epochs) if v is not None]
-    return statistics.median(found) if found else None
 
 
 @dataclasses.dataclass
@@ -129,7 +123,7 @@ class StopAfterSteps:
         return StopAfter()
 
 
-class Runner:
+class FitHook:
     """Adds a tuner to each fit of Keras's models while it is installed.
 
     Args:
@@ -152,7 +146,7 @@ class Runner:
         self.name = name
         self.arguments = dict(arguments)
         self.steps = steps
-        self.fits: list[FitRun] = []
+        self.fits: list[ScriptFit] = []
         self._patched: list[tuple[Any, Any]] = []
         self._finder: _KerasFinder | None = None
 
@@ -180,15 +174,15 @@ class Runner:
         original = model_class.__dict__.get("fit")
         fit = model_class.fit
         signature = inspect.signature(fit)
-        runner = self
+        hook = self
 
         def fit_under_tuner(model, *args, **kwargs):
             bound = signature.bind(model, *args, **kwargs)
             callbacks = list(bound.arguments.get("callbacks") or [])
-            bound.arguments["callbacks"] = runner._callbacks(callbacks)
+            bound.arguments["callbacks"] = hook._callbacks(callbacks)
             start = time.perf_counter()
             history = fit(*bound.args, **bound.kwargs)
-            runner.fits[-1].seconds = time.perf_counter() - start
+            hook.fits[-1].seconds = time.perf_counter() - start
             return history
 
         fit_under_tuner.__wrapped__ = fit
@@ -204,7 +198,7 @@ class Runner:
         if mine:
             tuner = mine[0]
             log_dir = tuner.settings.log_dir
-            self.fits.append(FitRun(name, log_dir, tuner, added=False))
+            self.fits.append(ScriptFit(name, log_dir, tuner, added=False))
         else:
             log_dir = (
                 os.path.join(self.log_dir, self.name, name)
@@ -212,7 +206,7 @@ class Runner:
                 else None
             )
             tuner = XLATuner(**{**self.arguments, "log_dir": log_dir})
-            self.fits.append(FitRun(name, log_dir, tuner, added=True))
+            self.fits.append(ScriptFit(name, log_dir, tuner, added=True))
             callbacks = [*callbacks, tuner]
         if self.steps is not None:
             callbacks = [*callbacks, StopAfterSteps.make(self.steps)]
@@ -242,14 +236,14 @@ class _KerasFinder(importlib.abc.MetaPathFinder):
         return spec
 
 
-def run(
+def execute(
     target: str,
     args: Sequence[str],
-    runner: Runner,
+    hook: FitHook,
     module: bool = False,
 ) -> ScriptResult:
     """Runs the script at `target` (a module's name with `module`) as
-    `__main__` with `args` as its arguments, `runner` installed; returns
+    `__main__` with `args` as its arguments, `hook` installed; returns
     its exit code and fits. Its error's traceback is printed as Python
     prints it, from the script's first frame."""
     argv, path = sys.argv[:], sys.path[:]
@@ -258,7 +252,7 @@ def run(
     # working directory.
     first = os.getcwd() if module else os.path.dirname(os.path.abspath(target))
     sys.path.insert(0, first)
-    runner.install()
+    hook.install()
     code, error = 0, None
     try:
         if module:
@@ -271,13 +265,13 @@ def run(
         code, error = 1, raised
         print_script_error(raised, target, module)
     finally:
-        runner.uninstall()
+        hook.uninstall()
         sys.argv = argv
         sys.path[:] = path
-    return ScriptResult(code, runner.fits, error)
+    return ScriptResult(code, hook.fits, error)
 
 
-def describe(fit: FitRun) -> str:
+def describe(fit: ScriptFit) -> str:
     """One line for a fit: its name, where its reports are, its
     verdict."""
     where = f" ({fit.log_dir})" if fit.log_dir else ""

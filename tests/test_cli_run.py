@@ -9,7 +9,10 @@ import sys
 
 import pytest
 
-from keras_xla import cli, run_command, run_compare
+from keras_xla import cli
+from keras_xla.cli import compare as run_compare
+from keras_xla.cli import run as run_command
+from keras_xla.cli import tuner_flags
 from keras_xla.core.report import XLAReport
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -168,7 +171,7 @@ def test_a_script_that_raises_prints_its_own_traceback(tmp_path):
     # or runpy above it.
     first_frame = tail.splitlines()[1]
     assert first_frame.strip().startswith(f'File "{script("raises.py")}"')
-    assert "runpy" not in tail and "script_run.py" not in tail
+    assert "runpy" not in tail and "script.py" not in tail
     assert "RuntimeError: the script's own error" in tail
     # The fit that ran before the error has its report and its line.
     assert XLAReport.load(str(tmp_path / "raises" / "fit-1")).epochs
@@ -226,12 +229,12 @@ def test_a_module_runs_with_the_working_directory_first(
 def test_the_tuners_flags_come_from_its_signature():
     parser = run_command.build_parser()
     options = {o for a in parser._actions for o in a.option_strings}
-    for name in run_command.tuner_parameters():
-        assert run_command.flag(name) in options
+    for name in tuner_flags.tuner_parameters():
+        assert tuner_flags.flag(name) in options
     # True/False arguments get --x and --no-x; the others a value.
     assert {"--baseline", "--no-baseline", "--jit-compile"} <= options
     assert "--no-jit-compile" not in options
-    helps = run_command.tuner_help()
+    helps = tuner_flags.tuner_help()
     assert helps["max_recompilations"].startswith("The recompilation guard")
     ours, theirs = run_command.split(
         ["--jit-compile", "auto", "--no-baseline", "s.py", "--steps", "3"]
@@ -249,16 +252,16 @@ def test_the_tuners_flags_come_from_its_signature():
     from keras_xla.tuner import XLATuner
 
     real = inspect.signature(XLATuner.__init__).parameters
-    read = run_command.tuner_parameters()
+    read = tuner_flags.tuner_parameters()
     assert list(read) == [n for n in real if n not in ("self", "log_dir")]
     for name, p in read.items():
         assert p.default == real[name].default, name
     args = parser.parse_args(ours)
-    assert run_command.tuner_arguments(args) == {
+    assert tuner_flags.tuner_arguments(args) == {
         "jit_compile": "auto",
         "baseline": False,
     }
-    assert [run_command.value(v) for v in ("none", "off", "8", "1,5")] == [
+    assert [tuner_flags.value(v) for v in ("none", "off", "8", "1,5")] == [
         None,
         False,
         8,
@@ -280,8 +283,8 @@ def row(config, seconds, steps=32, step_ms=1.0, **more):
         "backend_seen": config.backend or "tensorflow",
         "xla": config.jit != "off",
         "codes": more.pop("codes", []),
-        "dispatch_ms": more.pop("dispatch_ms", None),
-        "input_ms": None,
+        "dispatch_ms_median": more.pop("dispatch_ms", None),
+        "input_ms_median": None,
         **more,
     }
 
@@ -328,8 +331,9 @@ def test_a_rows_step_range_spans_its_rounds():
         return {
             "seconds": 1.0, "steps": 32, "compilations": 1,
             "compile_seconds": 0.5, "step_ms": step_ms,
-            "step_ms_range": [low, high], "log_dir": "", "dispatch_ms": None,
-            "input_ms": None, "backend": "tensorflow", "xla": True,
+            "step_ms_range": [low, high], "log_dir": "",
+            "dispatch_ms_median": None, "input_ms_median": None,
+            "backend": "tensorflow", "xla": True,
             "codes": [], "headline": "",
         }  # fmt: skip
 
