@@ -12,7 +12,7 @@ Two worker processes on 127.0.0.1 (free ports), each with
 
 Each worker times its epochs (a callback's begin to end). The chief
 also times its job report, the one thing a job adds to a worker's
-work: reading the workers' reports (`core.job.read_workers`, once per
+work: reading the workers' reports (`core.workers.read_workers`, once per
 poll), the wait for the other worker's final report beyond that
 reading, building the job's report and writing it. All of it happens
 once, at the end of training (no hook of a step or an epoch gathers
@@ -81,7 +81,7 @@ def build(cls):
 
 def timed_job_report(spent):
     """Times the chief's job report by part, into `spent` (seconds)."""
-    from keras_xla.core import job
+    from keras_xla.core import job, workers
 
     def timing(name, function):
         def wrapper(*args, **kwargs):
@@ -95,8 +95,8 @@ def timed_job_report(spent):
 
         return wrapper
 
-    job.read_workers = timing("read", job.read_workers)
-    job.gather = timing("gather", job.gather)
+    workers.read_workers = timing("read", workers.read_workers)
+    workers.gather = timing("gather", workers.gather)
     job.build = timing("build", job.build)
     job.JobReport.write = timing("write", job.JobReport.write)
 

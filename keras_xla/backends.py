@@ -145,7 +145,7 @@ def fit_adapter() -> type:
 
 
 def worker(model: Any) -> Any:
-    """This process's `core.job.Worker` in a job of several workers
+    """This process's `core.workers.Worker` in a job of several workers
     training `model`, or None."""
     return _part("environment").worker(model)
 

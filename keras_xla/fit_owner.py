@@ -35,7 +35,7 @@ from keras_xla.auto import runner as auto_runner
 from keras_xla.auto.model_state import ModelState
 from keras_xla.auto.policy import AUTO, Candidate, Status
 from keras_xla.auto.runner import Decided, Measured, Next, TrialRunner
-from keras_xla.core import files, lints, render, summaries
+from keras_xla.core import files, lints, render, summaries, workers
 from keras_xla.core import findings as codes
 from keras_xla.core import guard as guard_lib
 from keras_xla.core import job as job_lib
@@ -150,7 +150,7 @@ class FitOwner:
         if self.worker is not None:
             self.report.worker = {**self.worker.to_dict(), "finished": False}
             if settings.log_dir:
-                where = job_lib.worker_dir(settings.log_dir, self.worker.index)
+                where = workers.worker_dir(settings.log_dir, self.worker.index)
                 settings = dataclasses.replace(settings, log_dir=where)
         # The log dir is this fit's for its length: another process's fit
         # writing there keeps its report, and this one writes beside it.
@@ -719,7 +719,7 @@ class FitOwner:
                 self.report.jit.reason = reason
 
 
-def _worker(model: Any) -> job_lib.Worker | None:
+def _worker(model: Any) -> workers.Worker | None:
     """Which worker of a job this process is (None outside one, or where
     the backend could not say)."""
     try:

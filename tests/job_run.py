@@ -128,9 +128,9 @@ def tensorflow_worker():
     )
     callbacks = [tuner]
     if sys.argv[-1] == "killed":
-        from keras_xla.core import job
+        from keras_xla.core import workers
 
-        job.GATHER_SECONDS = 3.0
+        workers.GATHER_SECONDS = 3.0
         if tuner_worker_index() == 1:
             callbacks.insert(0, DieAtTrainEnd())
     model.fit(dataset, epochs=2, verbose=0, callbacks=callbacks)

@@ -11,7 +11,7 @@ import pytest
 from conftest import free_ports
 
 from keras_xla import cli
-from keras_xla.core import job
+from keras_xla.core import job, workers
 from keras_xla.core.report import (
     Compilation,
     EpochStats,
@@ -67,8 +67,8 @@ def test_a_worker_is_read_from_tf_config():
         "cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
         "task": {"type": "worker", "index": 1},
     }
-    worker = job.from_tf_config(json.dumps(config), "here")
-    assert worker == job.Worker(
+    worker = workers.from_tf_config(json.dumps(config), "here")
+    assert worker == workers.Worker(
         1, 2, "here", "tf.distribute", "127.0.0.1:1,127.0.0.1:2"
     )
     assert not worker.chief
@@ -76,14 +76,14 @@ def test_a_worker_is_read_from_tf_config():
         "cluster": {"chief": ["c:1"], "worker": ["w:1", "w:2"]},
         "task": {"type": "worker", "index": 0},
     }
-    assert job.from_tf_config(json.dumps(with_chief), "h").index == 1
+    assert workers.from_tf_config(json.dumps(with_chief), "h").index == 1
     # One worker, no cluster, a parameter server, nonsense: not a job.
     alone = {"cluster": {"worker": ["w:1"]}, "task": config["task"]}
-    assert job.from_tf_config(json.dumps(alone), "h") is None
-    assert job.from_tf_config(None, "h") is None
+    assert workers.from_tf_config(json.dumps(alone), "h") is None
+    assert workers.from_tf_config(None, "h") is None
     ps = {"cluster": config["cluster"], "task": {"type": "ps", "index": 0}}
-    assert job.from_tf_config(json.dumps(ps), "h") is None
-    assert job.from_tf_config("{not json", "h") is None
+    assert workers.from_tf_config(json.dumps(ps), "h") is None
+    assert workers.from_tf_config("{not json", "h") is None
 
 
 def test_the_job_names_the_worker_that_compiled_alone_and_the_wait():
@@ -226,7 +226,7 @@ def test_the_chief_waits_for_the_workers_final_reports_at_most_so_long(
 ):
     log_dir = str(tmp_path)
     for index, finished in ((0, True), (1, False)):
-        where = job.worker_dir(log_dir, index)
+        where = workers.worker_dir(log_dir, index)
         os.makedirs(where)
         worker_report(index, finished=finished).write(where)
     now, pauses = [0.0], []
@@ -235,13 +235,13 @@ def test_the_chief_waits_for_the_workers_final_reports_at_most_so_long(
         now[0] += seconds
         pauses.append(seconds)
 
-    reports = job.gather(log_dir, 2, 5.0, clock=lambda: now[0], sleep=sleep)
+    reports = workers.gather(log_dir, 2, 5.0, clock=lambda: now[0], sleep=sleep)
     # Worker 1 never finished: the chief gave up after 5 s and has both.
-    assert 5.0 <= now[0] < 5.0 + 2 * job.POLL_SECONDS
+    assert 5.0 <= now[0] < 5.0 + 2 * workers.POLL_SECONDS
     # It looks again soon, then less often: each pause twice the last,
     # up to POLL_SECONDS.
-    assert pauses[:3] == [job.FIRST_POLL_SECONDS * 2**n for n in range(3)]
-    assert max(pauses) == job.POLL_SECONDS
+    assert pauses[:3] == [workers.FIRST_POLL_SECONDS * 2**n for n in range(3)]
+    assert max(pauses) == workers.POLL_SECONDS
     assert sorted(reports) == [0, 1]
     # Its last report is in the job's table, and it is named: it never
     # wrote its final one.
@@ -252,8 +252,8 @@ def test_the_chief_waits_for_the_workers_final_reports_at_most_so_long(
     assert "never wrote its final report" in found["message"]
     assert "after 8 train steps" in found["message"]
     now[0] = 0.0
-    worker_report(1).write(job.worker_dir(log_dir, 1))
-    job.gather(log_dir, 2, 5.0, clock=lambda: now[0], sleep=sleep)
+    worker_report(1).write(workers.worker_dir(log_dir, 1))
+    workers.gather(log_dir, 2, 5.0, clock=lambda: now[0], sleep=sleep)
     assert now[0] == 0.0  # both had finished: no wait
 
 
@@ -329,7 +329,7 @@ def test_two_tensorflow_workers_make_one_job_report(tmp_path, uneven):
         assert out["worker"]["finished"] is True
         # Each worker's count is what XLA itself compiled there.
         assert out["compilations"] == out["dumped"]
-        where = job.worker_dir(str(tmp_path / "logs"), index)
+        where = workers.worker_dir(str(tmp_path / "logs"), index)
         assert os.path.isfile(os.path.join(where, "xla_report.json"))
     report = outs[0]["job"]
     assert [w["index"] for w in report["workers"]] == [0, 1]
@@ -361,7 +361,7 @@ def test_two_tensorflow_workers_make_one_job_report(tmp_path, uneven):
     # The chief's run carries the job report for the XLA tab.
     from tensorboard.backend.event_processing import event_accumulator
 
-    chief = job.worker_dir(str(tmp_path / "logs"), 0)
+    chief = workers.worker_dir(str(tmp_path / "logs"), 0)
     events = event_accumulator.EventAccumulator(
         os.path.join(chief, "train"),
         size_guidance={event_accumulator.TENSORS: 0},
@@ -579,10 +579,10 @@ def test_a_worker_that_cannot_write_trains_and_the_chief_names_it(
     log_dir = tmp_path / "logs"
     (log_dir / "workers").mkdir(parents=True)
     (log_dir / "workers" / "1").write_text("not a folder")
-    monkeypatch.setattr(job, "GATHER_SECONDS", 0.5)
+    monkeypatch.setattr(workers, "GATHER_SECONDS", 0.5)
 
     def fit_as(index):
-        worker = job.Worker(index, 2, "here", "tf.distribute", "j")
+        worker = workers.Worker(index, 2, "here", "tf.distribute", "j")
         monkeypatch.setattr(backends, "worker", lambda model: worker)
         tuner, fit = dense_fit(log_dir)
         assert fit(epochs=1) == 4  # every step trained

@@ -17,7 +17,7 @@ import json
 import os
 import sys
 
-from keras_xla.core import compare, reading, render
+from keras_xla.core import compare, reading, render, workers
 from keras_xla.core import job as job_lib
 from keras_xla.core.report import REPORT_FILENAME, XLAReport
 
@@ -111,13 +111,13 @@ def _job_dir(path: str) -> bool:
         return True
     return not os.path.isfile(
         os.path.join(path, REPORT_FILENAME)
-    ) and os.path.isdir(os.path.join(path, job_lib.WORKERS_DIR))
+    ) and os.path.isdir(os.path.join(path, workers.WORKERS_DIR))
 
 
 def _job_of_dir(path: str) -> job_lib.JobReport:
     """A job log dir's job report: rebuilt from the workers' reports
     there (the chief's file where none can be read)."""
-    reports = job_lib.read_workers(path)
+    reports = workers.read_workers(path)
     if reports:
         return job_lib.merge(reports.values())
     return job_lib.JobReport.load(os.path.join(path, job_lib.JOB_FILENAME))

@@ -195,7 +195,7 @@ class XLAReport:
     baseline: BaselineSection | None = None
     guard: GuardSection | None = None
     verdict: Verdict | None = None
-    # Which worker of a job wrote it (`core.job.Worker`'s fields, and
+    # Which worker of a job wrote it (`core.workers.Worker`'s fields, and
     # `finished` once its training ended); None outside a multi-worker job.
     worker: dict | None = None
     # Whether this report has written its file (a later fit archives it).

@@ -241,7 +241,7 @@ def xla_figures(report: XLAReport) -> dict:
     }
 
 
-# Where a worker of a job keeps its run (`core.job.worker_dir`).
+# Where a worker of a job keeps its run (`core.workers.worker_dir`).
 WORKERS_MARKER = "workers/"
 
 

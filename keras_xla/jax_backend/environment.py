@@ -172,13 +172,13 @@ def auto_clustering() -> None:
 
 
 def worker(model: Any) -> Any:
-    """This process's `core.job.Worker` in a JAX multi-process job
+    """This process's `core.workers.Worker` in a JAX multi-process job
     (`jax.distributed.initialize`), else None."""
     import socket
 
     import jax
 
-    from keras_xla.core import job
+    from keras_xla.core import workers
 
     count = jax.process_count()
     if count < 2:
@@ -189,7 +189,7 @@ def worker(model: Any) -> Any:
         address = distributed.global_state.coordinator_address
     except (ImportError, AttributeError):
         address = None
-    return job.Worker(
+    return workers.Worker(
         jax.process_index(),
         count,
         socket.gethostname(),

@@ -69,7 +69,7 @@ def device_infos(devices: Iterable[Any] | None = None) -> list[DeviceInfo]:
 
 
 def worker(model: Any) -> Any:
-    """This process's `core.job.Worker` where the model trains under a
+    """This process's `core.workers.Worker` where the model trains under a
     `MultiWorkerMirroredStrategy` of several workers (TF_CONFIG names
     them), else None."""
     import os
@@ -77,9 +77,11 @@ def worker(model: Any) -> Any:
 
     import tensorflow as tf
 
-    from keras_xla.core import job
+    from keras_xla.core import workers
 
     strategy = getattr(model, "distribute_strategy", None)
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return None
-    return job.from_tf_config(os.environ.get("TF_CONFIG"), socket.gethostname())
+    return workers.from_tf_config(
+        os.environ.get("TF_CONFIG"), socket.gethostname()
+    )
