@@ -2,7 +2,7 @@
 
 keras_xla serves Keras's TensorFlow and JAX backends. Which one this
 process uses is decided here, once, and every other module asks here for
-the backend's part (the fit's owner, the compile cache, `keras-xla
+the backend's part (the fit's adapter, the compile cache, `keras-xla
 doctor`'s checks, `XLAModel`, the flag checks, what the decision memory
 records of the machine); no other module branches on the backend's name.
 Each part is imported only when asked for, so the JAX path never imports
@@ -23,77 +23,19 @@ SERVED = (TENSORFLOW, JAX)
 # Each backend's package for each part (module, attribute).
 _PARTS = {
     TENSORFLOW: {
-        "fit_adapter": ("keras_xla.tf_backend.fit_adapter", "FitAdapter"),
+        "fit_adapter": ("keras_xla.tf_backend.fit_adapter", "TFFitAdapter"),
         "compile_cache": ("keras_xla.tf_backend.compile_cache", None),
         "doctor": ("keras_xla.tf_backend.doctor", None),
         "xla_model": ("keras_xla.tf_backend.xla_model", "XLAModel"),
         "environment": ("keras_xla.tf_backend.environment", None),
     },
     JAX: {
-        "fit_adapter": ("keras_xla.jax_backend.fit_adapter", "FitAdapter"),
+        "fit_adapter": ("keras_xla.jax_backend.fit_adapter", "JaxFitAdapter"),
         "compile_cache": ("keras_xla.jax_backend.compile_cache", None),
         "doctor": ("keras_xla.jax_backend.doctor", None),
         "xla_model": ("keras_xla.jax_backend.xla_model", "XLAModel"),
         "environment": ("keras_xla.jax_backend.environment", None),
     },
-}
-
-# What exists on one backend only, and why: finding codes, and the
-# report's fields (`section` or `section.key`). The parity test
-# (`tests/test_parity.py`) allows these differences between the same
-# fit's reports on the two backends, and no others.
-ONE_BACKEND_ONLY = {
-    "jit-disabled-by-determinism": (
-        TENSORFLOW,
-        "TensorFlow's op determinism turns XLA off; JAX has no such switch",
-    ),
-    "jit-disabled-by-strategy": (
-        TENSORFLOW,
-        "tf.distribute keeps Keras's jit_compile off; keras.distribution "
-        "on JAX compiles the whole step",
-    ),
-    "unsupported-op": (
-        TENSORFLOW,
-        "ops without an XLA kernel exist in TensorFlow; every JAX op "
-        "lowers to XLA",
-    ),
-    "auto-clustering-inactive": (TENSORFLOW, "auto-clustering is TF's"),
-    "auto-clustering-uncounted": (TENSORFLOW, "auto-clustering is TF's"),
-    "tensor-core-alignment": (
-        TENSORFLOW,
-        "it reads the GPUs through TensorFlow",
-    ),
-    "profiler-busy": (TENSORFLOW, "profile_steps uses TF's profiler"),
-    "compile-cache-corrupt": (
-        TENSORFLOW,
-        "TensorFlow's cache is mirrored through its in-memory ledger, "
-        "whose entries keras_xla reads; JAX reads its own cache",
-    ),
-    "compile-ledger-off": (TENSORFLOW, "the ledger is TensorFlow's"),
-    "compile-cache-not-saved": (
-        TENSORFLOW,
-        "keras_xla writes TensorFlow's mirrored entries; JAX writes its own",
-    ),
-    "folded-dimensions": (
-        TENSORFLOW,
-        "the in-graph probe's limit; JAX's tap reads every dimension",
-    ),
-    "indivisible-batch": (
-        JAX,
-        "keras.distribution's data iterator; tf.distribute pads instead",
-    ),
-    "backend-unsupported": (
-        JAX,
-        "a TensorFlow feature asked for on JAX (XLAModel, profile_steps)",
-    ),
-    "clustering": (TENSORFLOW, "auto-clustering is TF's"),
-    "profile": (TENSORFLOW, "profile_steps uses TF's profiler"),
-    # The figures of `core.figures.APART` (the dispatch).
-    "timed apart": (
-        JAX,
-        "JAX's call returns before its results exist: the host's part is "
-        "timed apart; on TensorFlow the call returns with the results",
-    ),
 }
 
 

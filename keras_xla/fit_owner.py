@@ -28,7 +28,7 @@ import logging
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from keras_xla import backends, xla_setting
 from keras_xla.auto import runner as auto_runner
@@ -75,47 +75,79 @@ class Start:
     defers_unknown: bool = True
 
 
-class FitAdapter(Protocol):
-    """What one backend does for a fit; the owner does the rest.
+class FitAdapter:
+    """What one backend does for a fit; the owner does the rest. Each
+    backend's `fit_adapter.py` subclasses it, as Keras's backend trainers
+    subclass its `Trainer`, and writes its sections and findings into
+    `report` and `book`.
 
-    An adapter is made with `(settings, model, report, book, interrupted)`
-    (`interrupted`: what to call if a step raises inside the fit) and
-    writes its sections and findings into `report` and `book`.
+    Args:
+        settings: The tuner's checked arguments.
+        model: The model being fit.
+        report: The fit's report.
+        book: The fit's `FindingBook`.
+        interrupted: What to call when a step raises inside the fit.
 
     Attributes:
-        log: Its step log once set up: the calls as step records
-            (`begin`, `complete`, `close`, `collect`, `take`, `drain`),
-            the compilations since the guard's last look
+        log: The backend's step log, once set up: the calls as step
+            records (`begin`, `complete`, `close`, `collect`, `take`,
+            `drain`), the compilations since the guard's last look
             (`compilations(long_call)`: None where the last train call
             did not compile, else how many the backend recorded, 0 where
             it cannot say), and `abort()` when the fit raised.
     """
 
-    log: Any
+    def __init__(
+        self,
+        settings: Any,
+        model: Any,
+        report: Any,
+        book: Any,
+        interrupted: Callable[[], Any],
+    ) -> None:
+        self.settings, self.model = settings, model
+        self.report, self.book = report, book
+        self.interrupted = interrupted
+        self.log: Any = None
 
     def setup(self) -> Start:
         """Puts the model in the requested XLA and precision setting and
         writes the report's opening sections."""
+        raise NotImplementedError
 
     def build(self, candidates: list[Candidate]) -> None:
         """Builds the candidates' step functions now (it raises where one
         cannot be built)."""
+        raise NotImplementedError
 
     def put(self, trial: TrialRunner | None, decided: bool = False) -> None:
         """The model's step functions for its configuration now (`trial`:
         the windows running, if any; `decided`: a trial just chose)."""
+        raise NotImplementedError
+
+    def analyze_hlo(self, stats: Any, records: list) -> list:
+        """The train step's HLO analysis (`report.hlo`), at no extra
+        compilation; findings where it could not be made."""
+        raise NotImplementedError
+
+    def fingerprint(self, stats: Any, records: list) -> list:
+        """In a job: the epoch's train compilations' program fingerprints,
+        where they cost no compilation (the job report compares them)."""
+        raise NotImplementedError
 
     def epoch_checks(
-        self, hlo: bool, worker: bool, interrupted: bool
+        self, interrupted: bool
     ) -> list[Callable[[Any, list], list]]:
-        """The epoch's checks, each run on its own, `(stats, records)` ->
-        `(code, message, fix)` findings: `hlo`, the train step's HLO
-        analysis; `worker`, the programs' fingerprints of a job's
-        worker; none that costs time in an `interrupted` epoch."""
+        """The backend's other checks of an epoch (the cache's labels
+        first), each run on its own, `(stats, records)` -> `(code,
+        message, fix)` findings; none that costs time in an
+        `interrupted` epoch."""
+        raise NotImplementedError
 
     def give_back(self, keep: bool, interrupted: bool) -> None:
         """What the fit set up comes down; the model is put back as the
         fit found it, unless `keep`."""
+        raise NotImplementedError
 
 
 class FitOwner:
@@ -127,7 +159,7 @@ class FitOwner:
         params: Keras's callback params (`steps`, `epochs`).
         previous_trial: An earlier fit's trial result with the same
             tuner, or None.
-        adapter: The backend's `FitAdapter` class. Defaults to this
+        adapter: The backend's `FitAdapter` subclass. Defaults to this
             process's backend's (`backends.fit_adapter()`).
     """
 
@@ -205,9 +237,11 @@ class FitOwner:
         """Sets the fit up: the model in the requested configuration (the
         backend's), then the trial or the baseline windows."""
         s = self.settings
-        self._user = ModelState(self.model)
-        self._start = self.adapter.setup()
         auto = AUTO in (s.jit_compile, s.mixed_precision)
+        # The model as compiled, before the backend sets it up: where
+        # "auto"'s trial cannot decide, it trains so.
+        self._user = ModelState(self.model) if auto else None
+        self._start = self.adapter.setup()
         if auto:
             self._plan_trial()
         if self._xla_trains() and (not auto or self._trial_skipped()):
@@ -258,9 +292,7 @@ class FitOwner:
     def _plan_baseline(self) -> None:
         """The no-XLA baseline's windows, or the report's section saying
         why there are none."""
-        planned = auto_runner.plan_baseline(
-            self.model, self._request(), ModelState(self.model)
-        )
+        planned = auto_runner.plan_baseline(self.model, self._request())
         if isinstance(planned, Measured):
             self.report.baseline = planned.baseline
             return
@@ -587,9 +619,9 @@ class FitOwner:
         # model, until it gave a section or said why not.
         hlo = not (self._hlo_done or interrupted)
         hlo = hlo and bool(self.settings.analyze_hlo) and self._xla_trains()
-        checks = self.adapter.epoch_checks(
-            hlo, self.worker is not None, interrupted
-        )
+        checks = [self.adapter.fingerprint] if self.worker else []
+        checks += [self.adapter.analyze_hlo] if hlo else []
+        checks += self.adapter.epoch_checks(interrupted)
         if not interrupted:
             checks.append(self._lints)
         for check in checks:

@@ -112,6 +112,33 @@ def conv_model(steps_per_execution=1, jit_compile="auto"):
     return model
 
 
+def dense_model(features=4, hidden=(), outputs=1, seed=0, **compile_kwargs):
+    """A small Dense regression model on `features` inputs (`hidden`:
+    the widths of Dense layers before the output's), compiled with SGD
+    and MSE (`compile_kwargs` for Keras's compile)."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    layers = [keras.layers.Dense(width) for width in hidden]
+    model = keras.Sequential(
+        [keras.Input((features,)), *layers, keras.layers.Dense(outputs)]
+    )
+    model.compile("sgd", "mse", **compile_kwargs)
+    return model
+
+
+def quiet_fit(model, *args, tuner=None, callbacks=(), **kwargs):
+    """`model.fit(*args, **kwargs)` with the tuner (and `callbacks`),
+    silent: `verbose=0` unless given, warnings not shown."""
+    import warnings
+
+    kwargs.setdefault("verbose", 0)
+    callbacks = [*callbacks, *([tuner] if tuner is not None else [])]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return model.fit(*args, callbacks=callbacks, **kwargs)
+
+
 def regression_data(n, seed=0):
     rng = np.random.default_rng(seed)
     x = rng.random((n, 16, 4), dtype=np.float32)

@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import regression_data
+from conftest import dense_model, quiet_fit, regression_data
 
 from keras_xla import XLAReport, XLATuner
 from keras_xla.core.signatures import Signature, TensorSignature
@@ -51,13 +51,8 @@ def functional_with(layer):
 
 
 def fit(model, tuner, epochs=2):
-    x = np.ones((16, 4), "float32")
-    y = np.ones((16, 1), "float32")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return model.fit(
-            x, y, batch_size=8, epochs=epochs, verbose=0, callbacks=[tuner]
-        )
+    x, y = np.ones((16, 4), "float32"), np.ones((16, 1), "float32")
+    return quiet_fit(model, x, y, batch_size=8, epochs=epochs, tuner=tuner)
 
 
 @pytest.mark.parametrize(
@@ -132,20 +127,11 @@ def test_parse_unsupported_text():
     assert parse_unsupported("some other error") == []
 
 
-def dense_model():
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential(
-        [keras.Input((6,)), keras.layers.Dense(8), keras.layers.Dense(4)]
-    )
-    model.compile("sgd", "mse")
-    return model
-
-
 def test_hlo_statistics_after_first_epoch(tmp_path):
     x = np.ones((64, 6), "float32")
     y = np.ones((64, 4), "float32")
     tuner = XLATuner(log_dir=str(tmp_path), verbose=0, peak_flops=1e11)
-    dense_model().fit(
+    dense_model(6, hidden=(8,), outputs=4).fit(
         x, y, batch_size=16, epochs=2, verbose=0, callbacks=[tuner]
     )
     hlo = tuner.report.hlo
@@ -197,7 +183,7 @@ def test_hlo_analysis_adds_no_compilation(profiled, tmp_path):
             peak_flops=1e11,
         )
         with profiled() as events:
-            dense_model().fit(
+            dense_model(6, hidden=(8,), outputs=4).fit(
                 x, y, batch_size=16, epochs=2, verbose=0, callbacks=[tuner]
             )
         counts[analyze] = len(events)
@@ -445,5 +431,5 @@ def test_tensor_core_alignment_on_gpu_only():
         "batch size 30",
     ]
     assert tensor_core_misalignment(model, 30, [DeviceInfo("CPU")]) == []
-    plain = dense_model()  # float32: nothing to align
+    plain = dense_model(6, hidden=(8,), outputs=4)  # float32: nothing to align
     assert tensor_core_misalignment(plain, 30, gpu) == []

@@ -9,10 +9,12 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import dense_model as shared_dense_model
+from conftest import quiet_fit
 
 from keras_xla import XLATuner
 from keras_xla.core.report import XLAReport
-from keras_xla.tf_backend.fit_adapter import FitAdapter
+from keras_xla.tf_backend.fit_adapter import TFFitAdapter
 
 X = np.random.default_rng(0).random((10, 5), dtype=np.float32)
 Y = np.random.default_rng(1).random((10, 1), dtype=np.float32)
@@ -20,24 +22,14 @@ BATCH = 2  # five steps an epoch
 
 
 def dense_model(jit_compile=False):
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(1)])
-    model.compile("sgd", "mse", jit_compile=jit_compile)
-    return model
+    return shared_dense_model(5, jit_compile=jit_compile)
 
 
 def fit(model, callbacks, epochs=2, **kwargs):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return model.fit(
-            X,
-            Y,
-            batch_size=BATCH,
-            epochs=epochs,
-            verbose=0,
-            callbacks=callbacks,
-            **kwargs,
-        )
+    return quiet_fit(
+        model, X, Y, batch_size=BATCH, epochs=epochs, callbacks=callbacks,
+        **kwargs,
+    )  # fmt: skip
 
 
 def tuner(**kwargs):
@@ -164,7 +156,7 @@ def test_interrupt_inside_the_tuners_epoch_end(tmp_path, monkeypatch):
         if stats.epoch == 1:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(FitAdapter, "alignment", interrupt)
+    monkeypatch.setattr(TFFitAdapter, "alignment", interrupt)
     model, first = dense_model(), tuner(log_dir=str(tmp_path))
     interrupted_fit(model, [first], KeyboardInterrupt)
     assert calls == [0, 1]

@@ -2,20 +2,11 @@
 causes that point at the right fix, Keras's end-of-data call, and
 compilations outside the fit."""
 
-import warnings
-
 import tensorflow as tf
-from conftest import conv_model, regression_data
+from conftest import conv_model, quiet_fit, regression_data
 from test_tuner import text_model, token_dataset
 
 from keras_xla import XLATuner
-
-
-def fit(model, data, tuner, **kwargs):
-    kwargs.setdefault("verbose", 0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return model.fit(data, callbacks=[tuner], **kwargs)
 
 
 def test_short_padded_last_batch_is_a_partial_batch(profiled):
@@ -23,7 +14,7 @@ def test_short_padded_last_batch_is_a_partial_batch(profiled):
     lengths = [9, 2, 3, 4, 5, 9, 1, 2, 3, 1]
     model, tuner = text_model(), XLATuner(verbose=0, analyze_hlo=False)
     with profiled() as events:
-        fit(model, token_dataset(lengths, 4), tuner, epochs=1)
+        quiet_fit(model, token_dataset(lengths, 4), tuner=tuner, epochs=1)
     report = tuner.report
     assert report.total_compilations == len(events) == 2
     (recompilation,) = report.recompilations
@@ -53,7 +44,7 @@ def test_unknown_cardinality_end_of_data_call_is_not_a_step(profiled):
     # 18 examples in batches of 4: five batches, the last one of 2.
     model, tuner = conv_model(), XLATuner(verbose=0, analyze_hlo=False)
     with profiled() as events:
-        fit(model, generator_data(18, 4), tuner, epochs=2)
+        quiet_fit(model, generator_data(18, 4), tuner=tuner, epochs=2)
     report = tuner.report
     assert [e.steps for e in report.epochs] == [5, 5]
     assert int(model.optimizer.iterations.numpy()) == 10
@@ -73,14 +64,16 @@ def test_evaluate_between_fits_is_not_booked_to_the_next_fit(profiled):
     model = conv_model()
     # keep=True: the model keeps XLA after the fit, so evaluate compiles.
     tuner = XLATuner(verbose=0, analyze_hlo=False, keep=True)
-    fit(model, tf.data.Dataset.from_tensor_slices((x, y)).batch(16), tuner)
+    quiet_fit(
+        model, tf.data.Dataset.from_tensor_slices((x, y)).batch(16), tuner=tuner
+    )
     with profiled() as outside:
         model.evaluate(x[:20], y[:20], batch_size=8, verbose=0)
     with profiled() as second:
-        fit(
+        quiet_fit(
             model,
             tf.data.Dataset.from_tensor_slices((x, y)).batch(16),
-            tuner,
+            tuner=tuner,
             validation_data=(x[:20], y[:20]),
             validation_batch_size=8,
         )
@@ -101,7 +94,7 @@ def test_evaluate_between_fits_is_not_booked_to_the_next_fit(profiled):
 
 def test_an_empty_dataset_trains_no_step_and_says_so():
     model, tuner = conv_model(), XLATuner(verbose=0, analyze_hlo=False)
-    fit(model, generator_data(16, 4).take(0), tuner, epochs=1)
+    quiet_fit(model, generator_data(16, 4).take(0), tuner=tuner, epochs=1)
     report = tuner.report
     assert [e.steps for e in report.epochs] == [0]
     assert report.epochs[0].step_time_ms["median"] is None
@@ -114,10 +107,10 @@ def test_an_unwritable_tensorboard_run_keeps_the_json(tmp_path):
     (log_dir / "train").write_text("a file where the run folder goes")
     x, y = regression_data(32)
     tuner = XLATuner(log_dir=str(log_dir), verbose=0, analyze_hlo=False)
-    history = fit(
+    history = quiet_fit(
         conv_model(),
         tf.data.Dataset.from_tensor_slices((x, y)).batch(16),
-        tuner,
+        tuner=tuner,
         epochs=2,
     )
     assert len(history.history["loss"]) == 2

@@ -2,11 +2,11 @@
 outside the compiled step, and handed to the step's probe row."""
 
 import time
-import warnings
 
 import keras
 import numpy as np
 import tensorflow as tf
+from conftest import quiet_fit
 
 from keras_xla import XLATuner
 from keras_xla.core import spikes
@@ -72,9 +72,7 @@ def slow_dataset(batches, slow=lambda i: True, slept=None):
 
 
 def fit(m, data, tuner, **kwargs):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        m.fit(data, verbose=0, callbacks=[tuner], **kwargs)
+    quiet_fit(m, data, tuner=tuner, **kwargs)
     return tuner.report
 
 

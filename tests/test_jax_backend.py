@@ -425,6 +425,19 @@ def test_xla_model_on_jax_says_to_use_keras_model(fits):
     assert fits["first"]["tensorflow_imported"] is False
 
 
+def on_jax(code, *args):
+    """`python -c code args` on Keras's JAX backend, on the CPU."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env.update(KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+
+
 def test_doctor_reports_the_jax_side_without_tensorflow():
     code = (
         "import sys; sys.modules['tensorflow'] = None\n"
@@ -433,15 +446,7 @@ def test_doctor_reports_the_jax_side_without_tensorflow():
         "print('tensorflow', sys.modules.get('tensorflow') is not None)\n"
         "sys.exit(status)"
     )
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env.update(KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
+    proc = on_jax(code)
     assert proc.returncode == 0, proc.stderr[-3000:]
     text, last = proc.stdout.rsplit("\n", 2)[0], proc.stdout.splitlines()[-1]
     diagnosis = json.loads(text)
@@ -694,3 +699,34 @@ def test_a_known_step_time_and_the_verdict_against_separate_fits(timed):
     baseline = result["baseline"]
     assert baseline["no_xla_step_ms"] >= 40.0
     assert baseline["xla_step_ms"] >= 20.0
+
+
+def test_a_jax_fit_loads_nothing_of_tensorflow(tmp_path):
+    # TensorFlow is installed here: a JAX process must still not load it
+    # (nor keras_xla's TensorFlow side) to fit under the tuner, write its
+    # report and events, read the report, show it in the tab's views and
+    # render it as `keras-xla report` does.
+    code = (
+        "import sys, json\n"
+        "import keras_xla, keras, numpy as np\n"
+        "from keras_xla import cli\n"
+        "from keras_xla.core.report import XLAReport\n"
+        "from keras_xla.dashboard import views\n"
+        "log_dir = sys.argv[1]\n"
+        "model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])\n"
+        "model.compile('sgd', 'mse')\n"
+        "tuner = keras_xla.XLATuner(log_dir=log_dir, verbose=0)\n"
+        "model.fit(np.ones((40, 4)), np.ones((40, 1)), batch_size=8,\n"
+        "          epochs=2, verbose=0, callbacks=[tuner])\n"
+        "report = XLAReport.load(log_dir)\n"
+        "views.run_view('train', report, [])\n"
+        "assert cli.main(['report', log_dir]) == 0\n"
+        "loaded = [m for m in sys.modules if m == 'tensorflow'\n"
+        "          or m.startswith(('tensorflow.', 'keras_xla.tf_backend'))]\n"
+        "print(json.dumps([keras.backend.backend(), report.epochs[0].steps,\n"
+        "                  loaded]))\n"
+    )
+    result = on_jax(code, str(tmp_path / "logs"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    last = result.stdout.strip().splitlines()[-1]
+    assert json.loads(last) == ["jax", 5, []]

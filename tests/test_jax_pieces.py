@@ -229,28 +229,35 @@ def test_hlo_text_kernels_fusions_and_converts():
     assert peaks.measured(key, lambda: 1 / 0) == 3e12  # kept: not again
 
 
+def request(epoch_steps, budget, **fields):
+    """What the owner asks on JAX: one step a call, the fit's own XLA
+    setting first, a baseline over data of unknown length in the first
+    epoch."""
+    from keras_xla.auto import runner as auto_runner
+
+    fields = {"jit": True, "precision": None, "xla_possible": True, **fields}
+    fields.setdefault("first_jit", fields["xla_possible"])
+    return auto_runner.Request(
+        budget=budget,
+        epoch_steps=epoch_steps,
+        probed=True,
+        defer_unknown=False,
+        **{"steps_per_call": 1, "epochs": 1, **fields},
+    )
+
+
 def baseline_plan(
     epoch_steps, epochs=1, budget=0.25, spe=1, enabled=True, t=None, workers=1
 ):
     """The baseline's runner (or its `Measured`) as the owner plans it
-    on JAX (a baseline over data of unknown length in the first epoch)."""
+    on JAX."""
     from keras_xla.auto import runner as auto_runner
 
-    request = auto_runner.Request(
-        jit=True,
-        precision=None,
-        budget=budget,
-        xla_possible=True,
-        epoch_steps=epoch_steps,
-        steps_per_call=spe,
-        probed=True,
-        baseline=enabled,
-        epochs=epochs,
-        defer_unknown=False,
-        tunables=t,
-        workers=workers,
-    )
-    planned = auto_runner.plan_baseline(MODEL, request, ModelState(MODEL))
+    asked = request(
+        epoch_steps, budget, steps_per_call=spe, baseline=enabled,
+        epochs=epochs, tunables=t, workers=workers,
+    )  # fmt: skip
+    planned = auto_runner.plan_baseline(MODEL, asked)
     return getattr(planned, "baseline", planned)
 
 
@@ -283,24 +290,17 @@ def trial_plan(
     epoch_steps, budget, jit="auto", precision=None, xla_on=True, devices=None
 ):
     """The trial's runner (or its `Decided`) for `MODEL`, planned as the
-    owner plans it on JAX (the fit's own XLA setting first), on a CPU
-    without bfloat16 unless `devices` says otherwise."""
+    owner plans it on JAX, on a CPU without bfloat16 unless `devices`
+    says otherwise."""
     from keras_xla.auto import runner as auto_runner
     from keras_xla.core.hardware import DeviceInfo
 
-    request = auto_runner.Request(
-        jit=jit,
-        precision=precision,
-        budget=budget,
+    asked = request(
+        epoch_steps, budget, jit=jit, precision=precision,
         xla_possible=xla_on,
-        epoch_steps=epoch_steps,
-        steps_per_call=1,
-        probed=True,
-        epochs=1,
         devices=devices or [DeviceInfo("CPU", "cpu:0", None)],
-        first_jit=xla_on,
-    )
-    return auto_runner.plan(MODEL, request, ModelState(MODEL), None)
+    )  # fmt: skip
+    return auto_runner.plan(MODEL, asked, ModelState(MODEL), None)
 
 
 def test_baseline_plan_says_why_not():

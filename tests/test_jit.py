@@ -1,6 +1,7 @@
 import keras
 import numpy as np
 import pytest
+from conftest import dense_model
 
 from keras_xla.tf_backend import jit as jit_lib
 
@@ -11,12 +12,6 @@ def lookup_model():
     outputs = keras.layers.Dense(1)(keras.ops.cast(ids, "float32"))
     model = keras.Model(inputs, outputs)
     model.compile("sgd", "mse", jit_compile=True)
-    return model
-
-
-def dense_model(**compile_kwargs):
-    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
-    model.compile("sgd", "mse", **compile_kwargs)
     return model
 
 
@@ -33,41 +28,41 @@ def test_layer_without_jit_is_named():
 
 
 def test_run_eagerly_blocks_xla():
-    model = dense_model(run_eagerly=True)
+    model = dense_model(3, run_eagerly=True)
     info, cause = jit_lib.configure_jit(model, True)
     assert (info.enabled, cause[0]) == (False, "jit-disabled-run-eagerly")
 
 
 def test_determinism_blocks_xla(monkeypatch):
     monkeypatch.setattr(jit_lib, "op_determinism_enabled", lambda: True)
-    info, cause = jit_lib.configure_jit(dense_model(), True)
+    info, cause = jit_lib.configure_jit(dense_model(3), True)
     assert (info.enabled, cause[0]) == (False, "jit-disabled-by-determinism")
     assert "enable_op_determinism" in info.reason
 
 
 def test_strategy_with_replicas_blocks_plain_models(monkeypatch):
     monkeypatch.setattr(jit_lib, "replicas_in_sync", lambda model: 2)
-    info, cause = jit_lib.configure_jit(dense_model(), True)
+    info, cause = jit_lib.configure_jit(dense_model(3), True)
     assert cause[0] == "jit-disabled-by-strategy"
     assert "2 replicas" in info.reason and "XLAModel" in cause[2]
 
 
 def test_enable_disable_and_keep():
-    model = dense_model(jit_compile=False)
+    model = dense_model(3, jit_compile=False)
     info, cause = jit_lib.configure_jit(model, True)
     assert info.enabled and model.jit_compile is True and cause is None
     info, _ = jit_lib.configure_jit(model, False)
     assert not info.enabled and model.jit_compile is False
     assert "not requested" in info.reason
-    info, _ = jit_lib.configure_jit(dense_model(jit_compile=True), None)
+    info, _ = jit_lib.configure_jit(dense_model(3, jit_compile=True), None)
     assert info.enabled
-    info, _ = jit_lib.configure_jit(dense_model(jit_compile=False), None)
+    info, _ = jit_lib.configure_jit(dense_model(3, jit_compile=False), None)
     assert not info.enabled and "compiled setting is off" in info.reason
 
 
 def test_bad_value_is_named():
     with pytest.raises(ValueError, match="jit_compile='yes'"):
-        jit_lib.configure_jit(dense_model(), "yes")
+        jit_lib.configure_jit(dense_model(3), "yes")
 
 
 def lookup_dataset():

@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import conv_model, regression_data
+from conftest import conv_model, quiet_fit, regression_data
 
 from keras_xla import XLARecompilationWarning, XLATuner
 from keras_xla.core.summaries import (
@@ -21,12 +21,7 @@ from keras_xla.core.summaries import (
     WAIT_TAGS,
 )
 
-
-def fit(model, *args, tuner, **kwargs):
-    kwargs.setdefault("verbose", 0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", XLARecompilationWarning)
-        return model.fit(*args, callbacks=[tuner], **kwargs)
+fit = quiet_fit
 
 
 def test_partial_batches_in_train_and_validation(profiled):

@@ -1,11 +1,9 @@
 """The verdict: did XLA pay off, on planted cases and in real fits."""
 
-import warnings
-
 import keras
 import numpy as np
 import pytest
-from conftest import conv_model, regression_data
+from conftest import conv_model, quiet_fit, regression_data
 
 from keras_xla import XLATuner
 from keras_xla.core import render, verdict
@@ -223,10 +221,7 @@ def test_without_medians_the_windows_bound_the_no_xla_step():
     )
 
 
-def fit(model, *args, tuner, **kwargs):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return model.fit(*args, callbacks=[tuner], verbose=0, **kwargs)
+fit = quiet_fit
 
 
 def test_a_real_fit_measures_its_baseline_on_real_steps():

@@ -227,9 +227,7 @@ DEFERRED_REASON = (
 )
 
 
-def plan_baseline(
-    model: Any, request: Request, original: ModelState
-) -> TrialRunner | Measured:
+def plan_baseline(model: Any, request: Request) -> TrialRunner | Measured:
     """A no-XLA baseline for a fit with XLA on: windows without XLA
     interleaved with XLA's, on the schedule `policy.baseline_plan` gives;
     the model keeps XLA after it."""
@@ -267,7 +265,7 @@ def plan_baseline(
         plan = dataclasses.replace(plan, extend_to=0)
     dtype = model.dtype_policy.name
     trial, keep = trial_lib.baseline_trial(dtype, plan, spe, t)
-    runner = TrialRunner(trial, original, True, keep=keep)
+    runner = TrialRunner(trial, ModelState(model), True, keep=keep)
     runner.apply(plan)
     runner.unknown_length = not steps
     runner.switch(model, keep)

@@ -24,7 +24,7 @@ from keras_xla.auto.policy import AUTO, Candidate
 from keras_xla.core import cache_directory
 from keras_xla.core import findings as codes
 from keras_xla.core.timing import median_seconds
-from keras_xla.fit_owner import Start
+from keras_xla.fit_owner import FitAdapter, Start
 from keras_xla.jax_backend import environment, epoch_checks, hlo
 from keras_xla.jax_backend.compile_events import CompileEvents
 from keras_xla.jax_backend.step_log import JaxStepLog, trackers_of
@@ -39,28 +39,11 @@ _BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 INACTIVE_FIX = "Pass compile_cache a directory you can create."
 
 
-class FitAdapter:
-    """One fit on JAX (`fit_owner.FitAdapter`).
+class JaxFitAdapter(FitAdapter):
+    """One fit on JAX (`fit_owner.FitAdapter`)."""
 
-    Args:
-        settings: The tuner's checked arguments.
-        model: The model being fit.
-        report: The fit's report (its sections are written here).
-        book: The fit's `FindingBook`.
-        interrupted: Unused: a JAX step that raises reaches the tuner's
-            hooks through Keras.
-    """
-
-    def __init__(
-        self,
-        settings: Any,
-        model: Any,
-        report: Any,
-        book: Any,
-        interrupted: Callable[[], Any],
-    ) -> None:
-        self.settings, self.model = settings, model
-        self.report, self.book = report, book
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
         self.events = CompileEvents()
         self.tap = StepTap(self.events)
         self.log: JaxStepLog | None = None
@@ -214,14 +197,9 @@ class FitAdapter:
     # The epoch's checks.
 
     def epoch_checks(
-        self, hlo: bool, worker: bool, interrupted: bool
+        self, interrupted: bool
     ) -> list[Callable[[Any, list], list]]:
-        checks = [self.label_cache]
-        if worker:
-            checks.append(self.fingerprint)
-        if hlo:
-            checks.append(self.analyze_hlo)
-        return [*checks, self.unreadable_batches]
+        return [self.label_cache, self.unreadable_batches]
 
     def label_cache(self, stats, records) -> list:
         """The epoch's cache hits and misses, from JAX's events."""

@@ -19,7 +19,7 @@ from keras_xla import xla_setting
 from keras_xla.core import findings as codes
 from keras_xla.core import lints
 from keras_xla.core.interrupts import on_error
-from keras_xla.fit_owner import Start
+from keras_xla.fit_owner import FitAdapter, Start
 from keras_xla.tf_backend import (
     autoclustering,
     cache_savings,
@@ -43,32 +43,15 @@ from keras_xla.tf_backend.step_log import CLUSTERS, JIT, StepLog
 logger = logging.getLogger(__name__)
 
 
-class FitAdapter:
-    """One fit on TensorFlow (`fit_owner.FitAdapter`).
+class TFFitAdapter(FitAdapter):
+    """One fit on TensorFlow (`fit_owner.FitAdapter`)."""
 
-    Args:
-        settings: The tuner's checked arguments.
-        model: The model being fit.
-        report: The fit's report (its sections are written here).
-        book: The fit's `FindingBook`.
-        interrupted: What to call when a step raises inside the fit.
-    """
-
-    def __init__(
-        self,
-        settings: Any,
-        model: Any,
-        report: Any,
-        book: Any,
-        interrupted: Callable[[], Any],
-    ) -> None:
-        self.settings, self.model = settings, model
-        self.report, self.book = report, book
-        self.interrupted = interrupted
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
         self.log: FitLog | None = None
         self.functions: StepFunctions | None = None
         self.lease: ModelLease | None = None
-        self.profile = ProfileRun.of(settings, report, book)
+        self.profile = ProfileRun.of(self.settings, self.report, self.book)
         self._configured = False  # jit_compile applied to the model
         self._clustering = False
         self._cache_before: dict[str, float] = {}
@@ -219,13 +202,9 @@ class FitAdapter:
     # The epoch's checks.
 
     def epoch_checks(
-        self, hlo: bool, worker: bool, interrupted: bool
+        self, interrupted: bool
     ) -> list[Callable[[Any, list], list]]:
         checks = [self.label_cache]
-        if worker:
-            checks.append(self.fingerprint)
-        if hlo:
-            checks.append(self.analyze_hlo)
         if not interrupted:
             checks.append(self.alignment)
         return [*checks, self.clusters_and_profile]
