@@ -82,7 +82,7 @@ def _part(part: str) -> Any:
 
 
 def fit_adapter() -> type:
-    """What one `fit` needs of this backend (`fit_owner.FitAdapter`)."""
+    """What one `fit` needs of this backend (`fit_adapter.FitAdapter`)."""
     return _part("fit_adapter")
 
 

@@ -7,12 +7,10 @@ does every rule: a step's begin and end, an epoch's begin and end, a
 validation run, planning the trial and the baseline, their windows and
 their end, the recompilation guard, an interrupted fit, the fit's end.
 
-What differs by backend is a small adapter (`FitAdapter`, one per
-backend: `tf_backend.fit_adapter`, `jax_backend.fit_adapter`), as Keras
-keeps what its backends share in its `Trainer` and what differs in each
-backend's file: setting the fit up, putting the model's step functions
-on for its configuration, the compilations since the last look, the
-epoch's checks, and giving the model back.
+What differs by backend is a small adapter (`fit_adapter.FitAdapter`,
+subclassed in `tf_backend.fit_adapter` and `jax_backend.fit_adapter`),
+as Keras keeps what its backends share in its `Trainer` and what
+differs in each backend's file.
 
 The pieces the owner uses take values and return results (records,
 statistics, a trial's `Decided` or a baseline's `Measured`, report
@@ -43,6 +41,7 @@ from keras_xla.core import report as report_lib
 from keras_xla.core import verdict as verdict_lib
 from keras_xla.core.accounting import Accountant
 from keras_xla.core.findings import FindingBook
+from keras_xla.fit_adapter import Start
 from keras_xla.fit_outputs import FitOutputs, claim_log_dir
 
 logger = logging.getLogger(__name__)
@@ -51,103 +50,6 @@ logger = logging.getLogger(__name__)
 ENDED_REASON = "the fit ended during the no-XLA baseline window"
 # Why a trial or baseline window ended early on a recompilation storm.
 GUARD_REASON = "the recompilation guard found a storm"
-
-
-@dataclasses.dataclass(frozen=True)
-class Start:
-    """What a backend's setup tells the owner.
-
-    Attributes:
-        probed: Whether the step functions report each step's shapes (the
-            trial and the baseline need them).
-        devices: The devices the precision recommendation reads (None:
-            the backend's own).
-        xla_first: Whether the trial tries the fit's own XLA setting
-            first (JAX: Keras's jitted step is the fit's own).
-        defers_unknown: Whether a baseline over data of unknown length
-            waits for the second epoch (TensorFlow: Keras's end-of-data
-            call of a train function without XLA still counts a step).
-    """
-
-    probed: bool = True
-    devices: Any = None
-    xla_first: bool = False
-    defers_unknown: bool = True
-
-
-class FitAdapter:
-    """What one backend does for a fit; the owner does the rest. Each
-    backend's `fit_adapter.py` subclasses it, as Keras's backend trainers
-    subclass its `Trainer`, and writes its sections and findings into
-    `report` and `book`.
-
-    Args:
-        settings: The tuner's checked arguments.
-        model: The model being fit.
-        report: The fit's report.
-        book: The fit's `FindingBook`.
-        interrupted: What to call when a step raises inside the fit.
-
-    Attributes:
-        log: The backend's step log, once set up: the calls as step
-            records (`begin`, `complete`, `close`, `collect`, `take`,
-            `drain`), the compilations since the guard's last look
-            (`compilations(long_call)`: None where the last train call
-            did not compile, else how many the backend recorded, 0 where
-            it cannot say), and `abort()` when the fit raised.
-    """
-
-    def __init__(
-        self,
-        settings: Any,
-        model: Any,
-        report: Any,
-        book: Any,
-        interrupted: Callable[[], Any],
-    ) -> None:
-        self.settings, self.model = settings, model
-        self.report, self.book = report, book
-        self.interrupted = interrupted
-        self.log: Any = None
-
-    def setup(self) -> Start:
-        """Puts the model in the requested XLA and precision setting and
-        writes the report's opening sections."""
-        raise NotImplementedError
-
-    def build(self, candidates: list[Candidate]) -> None:
-        """Builds the candidates' step functions now (it raises where one
-        cannot be built)."""
-        raise NotImplementedError
-
-    def put(self, trial: TrialRunner | None, decided: bool = False) -> None:
-        """The model's step functions for its configuration now (`trial`:
-        the windows running, if any; `decided`: a trial just chose)."""
-        raise NotImplementedError
-
-    def analyze_hlo(self, stats: Any, records: list) -> list:
-        """The train step's HLO analysis (`report.hlo`), at no extra
-        compilation; findings where it could not be made."""
-        raise NotImplementedError
-
-    def fingerprint(self, stats: Any, records: list) -> list:
-        """In a job: the epoch's train compilations' program fingerprints,
-        where they cost no compilation (the job report compares them)."""
-        raise NotImplementedError
-
-    def epoch_checks(
-        self, interrupted: bool
-    ) -> list[Callable[[Any, list], list]]:
-        """The backend's other checks of an epoch (the cache's labels
-        first), each run on its own, `(stats, records)` -> `(code,
-        message, fix)` findings; none that costs time in an
-        `interrupted` epoch."""
-        raise NotImplementedError
-
-    def give_back(self, keep: bool, interrupted: bool) -> None:
-        """What the fit set up comes down; the model is put back as the
-        fit found it, unless `keep`."""
-        raise NotImplementedError
 
 
 class FitOwner:

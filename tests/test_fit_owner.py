@@ -11,7 +11,8 @@ from keras_xla.core import findings as codes
 from keras_xla.core.report import JitInfo
 from keras_xla.core.signatures import Signature, TensorSignature
 from keras_xla.core.timing import StepRecord
-from keras_xla.fit_owner import FitAdapter, FitOwner, Start
+from keras_xla.fit_adapter import FitAdapter, Start
+from keras_xla.fit_owner import FitOwner
 from keras_xla.settings import ARGUMENTS, Settings
 
 # XLATuner's defaults (read from its source: no Keras imported here).

@@ -24,7 +24,7 @@ from keras_xla.auto.policy import AUTO, Candidate
 from keras_xla.core import cache_directory
 from keras_xla.core import findings as codes
 from keras_xla.core.timing import median_seconds
-from keras_xla.fit_owner import FitAdapter, Start
+from keras_xla.fit_adapter import FitAdapter, Start
 from keras_xla.jax_backend import environment, epoch_checks, hlo
 from keras_xla.jax_backend.compile_events import CompileEvents
 from keras_xla.jax_backend.step_log import JaxStepLog, trackers_of
@@ -40,7 +40,7 @@ INACTIVE_FIX = "Pass compile_cache a directory you can create."
 
 
 class JaxFitAdapter(FitAdapter):
-    """One fit on JAX (`fit_owner.FitAdapter`)."""
+    """One fit on JAX (`keras_xla.fit_adapter.FitAdapter`)."""
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)

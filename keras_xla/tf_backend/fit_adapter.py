@@ -19,7 +19,7 @@ from keras_xla import xla_setting
 from keras_xla.core import findings as codes
 from keras_xla.core import lints
 from keras_xla.core.interrupts import on_error
-from keras_xla.fit_owner import FitAdapter, Start
+from keras_xla.fit_adapter import FitAdapter, Start
 from keras_xla.tf_backend import (
     autoclustering,
     cache_savings,
@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 
 
 class TFFitAdapter(FitAdapter):
-    """One fit on TensorFlow (`fit_owner.FitAdapter`)."""
+    """One fit on TensorFlow (`keras_xla.fit_adapter.FitAdapter`)."""
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
