@@ -124,6 +124,9 @@ class FitOwner:
         budget = settings.max_recompilations
         self.guard = guard_lib.RecompileGuard(budget) if budget else None
         self._guarded = 0
+        # After a fallback: the shapes it ran without XLA that XLA had
+        # not compiled (each a compilation avoided).
+        self._avoided: set[tuple] = set()
         self._train_began: float | None = None
         self._train_seconds = 0.0
         self._hlo_done = False
@@ -480,6 +483,15 @@ class FitOwner:
             return None
         if self.guard is not None:
             self._observe(records)
+            if self.report.guard is not None:
+                compiled = {
+                    guard_lib.shapes_key(c.shapes)
+                    for c in self.report.compile_log
+                    if c.function == "train"
+                }
+                guard_lib.count_avoided(
+                    self.report.guard, records, compiled, epoch, self._avoided
+                )
         self._guarded = 0
         no_xla = {step for e, step in self._no_xla_calls if e == epoch}
         for record in records:

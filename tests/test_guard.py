@@ -129,7 +129,7 @@ def test_the_summary_says_when_why_and_what_the_fallback_avoided():
     assert (
         "Recompilation storm at epoch 0, step 9: 9 recompilations for new "
         "sizes of `x` dimension 1 (4.50 s; XLA had saved 0.00 s): no XLA "
-        "from epoch 0, step 10; about 18 compilations (9.0 s) avoided."
+        "from epoch 0, step 10; 18 compilations (9.0 s) avoided."
     ) in text
     # And it survives the JSON.
     again = XLAReport.from_dict(report.to_dict())

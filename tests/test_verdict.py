@@ -114,6 +114,27 @@ def test_next_steps_are_ranked_by_seconds():
     ]
 
 
+def test_a_next_step_names_the_input_whose_seconds_it_counts():
+    report = report_with(2.0, 1.0, 100, 0.5)
+    for name, seconds in (("x", 36.13), ("y", 0.5), ("x", 1.0)):
+        report.recompilations.append(
+            Recompilation(
+                "train", 0, 1, name, 1, [8, 3], [8, 5], "dynamic_dim",
+                seconds, "", f"Pad input `{name}` to a few lengths.",
+            )
+        )  # fmt: skip
+    steps = verdict.build(report).next_steps
+    first, second = steps[0], steps[1]
+    assert (first["seconds"], first["fix"]) == (
+        37.13,
+        "Pad input `x` to a few lengths.",
+    )
+    assert (second["seconds"], second["fix"]) == (
+        0.5,
+        "Pad input `y` to a few lengths.",
+    )
+
+
 def test_an_input_bound_run_puts_the_input_first():
     from keras_xla.core import findings as codes
     from keras_xla.core import lints

@@ -53,12 +53,48 @@ def projected(
     storm: GuardSection, remaining_calls: int | None
 ) -> tuple[float, float]:
     """`(compilations, seconds)` the rest of the fit would compile at the
-    storm's recent rate: what a fallback avoids (0 where unknown)."""
+    storm's recent rate (0 where unknown): what the finding guesses when
+    the guard acts; after a fallback `count_avoided` measures it."""
     if not remaining_calls or remaining_calls < 0:
         return 0.0, 0.0
     each = storm.compile_seconds / max(storm.recompilations, 1)
     count = rate(storm) * remaining_calls
     return count, count * each
+
+
+def shapes_key(shapes: dict) -> tuple:
+    """A compiled program's inputs (`{path: shape}`) as a set's key."""
+    return tuple(sorted((path, tuple(shape)) for path, shape in shapes.items()))
+
+
+def count_avoided(
+    storm: GuardSection,
+    records: list,
+    compiled: set[tuple],
+    epoch: int,
+    avoided: set[tuple],
+) -> None:
+    """After a fallback, what it avoided, measured: the shapes the train
+    `records` of `epoch` ran without XLA from the fallback on that XLA's
+    step had not compiled (`compiled`: `shapes_key`s) join `avoided`,
+    each a compilation the fit would have made with XLA on, at the
+    storm's mean compile time. The storm's `projected_*` then say that,
+    no longer the rate's guess."""
+    if storm.action != "fallback" or not storm.off_from:
+        return
+    off_epoch, off_step = storm.off_from
+    if epoch < off_epoch:
+        return
+    for record in records:
+        if epoch == off_epoch and record.first_step < off_step:
+            continue
+        for step in record.signatures:
+            shapes = {t.path: list(t.shape) for t in step[0].tensors}
+            if shapes_key(shapes) not in compiled:
+                avoided.add(shapes_key(shapes))
+    each = storm.compile_seconds / max(storm.recompilations, 1)
+    storm.projected_compilations = float(len(avoided))
+    storm.projected_seconds = round(len(avoided) * each, 2)
 
 
 def dimensions(storm: GuardSection) -> str:

@@ -174,7 +174,7 @@ def guard_line(guard) -> list[str]:
     )
     if g.action == "fallback" and g.off_from:
         avoided = (
-            f"; about {g.projected_compilations:.0f} compilations "
+            f"; {g.projected_compilations:.0f} compilations "
             f"({g.projected_seconds:.1f} s) avoided"
             if g.projected_compilations
             else ""

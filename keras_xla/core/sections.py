@@ -256,9 +256,11 @@ class GuardSection(Section):
     `input`'s dimension `dim` (`dims`: every dimension of it that
     changed, as a square crop's height and width; `values`: `dim`'s last
     sizes);
-    `projected_compilations` and `projected_seconds` what the rest of the
-    fit would have compiled at that rate (a fallback's saving; 0 where
-    the fit's length is unknown)."""
+    `projected_compilations` and `projected_seconds` what a fallback
+    avoided, measured: the shapes the rest of the fit ran that XLA had
+    not compiled, at the storm's compile time each (raise, warn: what
+    the rest of the fit would compile at the storm's rate, 0 where its
+    length is unknown)."""
 
     action: str
     budget: int

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 from keras_xla.core import figures
 from keras_xla.core import findings as codes
@@ -347,11 +348,14 @@ def next_steps(
     (or would save), the largest first; steps without a measured cost
     come last."""
     fixes = {f.code: f.fix for f in report.findings}
-    out: dict[str, dict] = {}
+    out: dict[Any, dict] = {}
     for r in report.recompilations:
+        # One step per cause and input: its seconds and its fix name the
+        # same input.
         code = FINDING_CODES.get(r.cause, r.cause)
         entry = out.setdefault(
-            code, {"code": code, "seconds": 0.0, "fix": fixes.get(code, r.fix)}
+            (code, r.input),
+            {"code": code, "seconds": 0.0, "fix": r.fix or fixes.get(code)},
         )
         entry["seconds"] = round(entry["seconds"] + r.compile_seconds, 3)
     if base and xla and xla > base:

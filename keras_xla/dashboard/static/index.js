@@ -303,7 +303,7 @@ function guardText(off) {
     : ` dimension${dims.length > 1 ? "s" : ""} ${dims.join(", ")}`)
     : "the inputs";
   const avoided = off.projected_compilations
-    ? `; about ${Math.round(off.projected_compilations)} compilations ` +
+    ? `; ${Math.round(off.projected_compilations)} compilations ` +
       `(${num(off.projected_seconds)} s) avoided`
     : "";
   return `the recompilation guard turned XLA off at global step ` +
