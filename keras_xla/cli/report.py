@@ -22,10 +22,6 @@ from keras_xla.core import job as job_lib
 from keras_xla.core.report import REPORT_FILENAME, XLAReport
 
 USAGE_ERROR = 2
-COMMANDS = ("doctor", "report", "run")
-
-
-# Report.
 
 
 class ReportError(Exception):
