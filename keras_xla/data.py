@@ -9,13 +9,19 @@ pipelines for three common reasons, each with a helper here:
 - a partial last batch: `pad_batches` pads it to the full batch size and
   adds sample weights that keep the loss equal to the unpadded batch's.
 - per-batch padding of sequences: `bucket_by_length` pads to a small fixed
-  set of lengths, so a text model compiles once per bucket.
+  set of lengths, so a text model compiles once per bucket; which lengths
+  cost the fewest seconds is `choose_buckets`' answer, from the lengths
+  and the measured compile and step times.
 """
 
 from __future__ import annotations
 
+import collections
 import numbers
-from collections.abc import Sequence
+import statistics
+from collections.abc import Iterable, Sequence
+
+from keras_xla.core.buckets import BucketChoice, choose_edges
 
 try:
     import tensorflow as tf
@@ -318,3 +324,57 @@ def _check_elements(dataset, fn):
             f"elements; got element spec {spec}."
         )
     return spec
+
+
+def choose_buckets(
+    lengths: Iterable[int],
+    compile_seconds: float,
+    step_ms: float,
+    batch_size: int,
+    epochs: int = 1,
+    max_buckets: int | None = None,
+) -> BucketChoice:
+    """The `bucket_by_length` boundaries that cost the fewest seconds.
+
+    Each boundary compiles the step once; each sequence padded from `n` to
+    `b` costs `b - n` elements of work, at the step's time per element
+    (`step_ms` over `batch_size` sequences of the median length). The
+    answer minimizes their sum over `epochs` passes over `lengths`
+    (`core.buckets`): a longer run pays for more buckets. A report
+    gives both times (`report.compile_log`, `step_time_ms["median"]`).
+
+    Example:
+
+    ```python
+    choice = keras_xla.data.choose_buckets(
+        [len(t) for t in token_lists], compile_seconds=4.0, step_ms=30.0,
+        batch_size=32, epochs=10,
+    )
+    ds = keras_xla.data.bucket_by_length(ds, choice.edges, 32)
+    ```
+
+    Args:
+        lengths: Every sequence's length (the pipeline's, or a sample).
+        compile_seconds: One compilation of the train step (seconds).
+        step_ms: A train step's time (ms) at the median length.
+        batch_size: Sequences per batch.
+        epochs: Passes over `lengths` the fit makes. Defaults to `1`.
+        max_buckets: At most this many boundaries. Defaults to `None`:
+            as many as pay.
+
+    Returns:
+        A `core.buckets.BucketChoice`: `edges` (the boundaries), the
+        compilations, the padding's share, and the seconds against one
+        compilation per length.
+    """
+    _check_batch_size(batch_size, "choose_buckets")
+    if not _is_int(epochs) or epochs < 1:
+        raise ValueError(
+            f"Unsupported value `choose_buckets(epochs={epochs!r})`: pass "
+            "the fit's epochs, a positive int."
+        )
+    counts = collections.Counter(int(n) for n in lengths)
+    median = statistics.median(counts.elements()) if counts else 1
+    unit_ms = step_ms / (batch_size * max(median, 1))
+    steps = {n: count * epochs for n, count in counts.items()}
+    return choose_edges(steps, compile_seconds, unit_ms, max_buckets)

@@ -3,7 +3,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_xla.data import bucket_by_length, fixed_slice, pad_batches
+from keras_xla.data import (
+    bucket_by_length,
+    choose_buckets,
+    fixed_slice,
+    pad_batches,
+)
 
 
 def test_fixed_slice_static_shape_and_offsets():
@@ -204,3 +209,34 @@ def test_bucketing_bounds_compilations(profiled):
     with profiled() as events:
         text_model().fit(ds, epochs=2, verbose=0, callbacks=[tuner])
     assert tuner.report.total_compilations == len(events) == 3
+
+
+def test_chosen_buckets_feed_bucket_by_length():
+    rng = np.random.default_rng(0)
+    lengths = [int(n) for n in rng.integers(3, 40, 200)]
+    # A compilation costs as much as ~100 steps: over one epoch padding
+    # everything to the longest pays; over 30, a few buckets do.
+    one = choose_buckets(lengths, 3.0, 30.0, batch_size=8)
+    assert one.edges == (max(lengths),)
+    choice = choose_buckets(lengths, 3.0, 30.0, batch_size=8, epochs=30)
+    assert 1 < choice.compilations <= 4
+    assert choice.edges[-1] == max(lengths)
+    assert choice.saved_seconds > 0
+    assert 0 < choice.padding_share < 0.5
+    # Cheap compiles: every length its own bucket, no padding.
+    every = choose_buckets(lengths, 0.0001, 30.0, 8)
+    assert every.edges == tuple(sorted(set(lengths)))
+    # The edges are the boundaries: every batch is one of them.
+    data = tf.data.Dataset.from_generator(
+        lambda: ((np.ones(n, "int32"), np.float32(0)) for n in lengths),
+        output_signature=(
+            tf.TensorSpec([None], tf.int32),
+            tf.TensorSpec([], tf.float32),
+        ),
+    )
+    widths = {
+        int(x.shape[1]) for x, *_ in bucket_by_length(data, choice.edges, 8)
+    }
+    assert widths <= set(choice.edges)
+    with pytest.raises(ValueError, match="choose_buckets\\(batch_size=0\\)"):
+        choose_buckets(lengths, 1.0, 1.0, 0)
