@@ -338,7 +338,11 @@ class FitLog(StepLog):
         super().complete(function, step, now)
 
     def close(self, now: float | None = None) -> None:
-        self._give_back_step_count()
+        if now is None:
+            # The run's end (validation, the epoch's end, the fit's), not
+            # a look between two calls: a call begun and never completed
+            # was Keras's end-of-data call.
+            self._give_back_step_count()
         super().close(now)
 
     def abort(self) -> None:
