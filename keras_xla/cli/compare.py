@@ -606,13 +606,7 @@ def write(log_dir: str, comparison: dict) -> None:
     try:
         os.makedirs(log_dir, exist_ok=True)
         files.write_whole(os.path.join(log_dir, COMPARE_FILENAME), text)
-
-        class ComparisonWriter(EventWriter):
-            @property
-            def run_dir(self) -> str:
-                return os.path.join(self.log_dir, COMPARISON_RUN)
-
-        writer = ComparisonWriter(log_dir)
+        writer = EventWriter(log_dir, COMPARISON_RUN)
         writer.write_report(0, text, COMPARE_TAG)
         writer.close()
     except OSError as error:

@@ -63,17 +63,15 @@ class EventWriter:
 
     Args:
         log_dir: The TensorBoard log directory (the one passed to
-            `keras.callbacks.TensorBoard`); events go to its `train` run.
+            `keras.callbacks.TensorBoard`).
+        run: The run under it the events go to. Defaults to `"train"`.
     """
 
-    def __init__(self, log_dir: str) -> None:
+    def __init__(self, log_dir: str, run: str = TRAIN_RUN) -> None:
         self.log_dir = log_dir
+        self.run_dir = os.path.join(log_dir, run)
         self._writer: EventFile | None = None
         self._last_text: dict[str, str] = {}
-
-    @property
-    def run_dir(self) -> str:
-        return os.path.join(self.log_dir, TRAIN_RUN)
 
     def _get(self) -> EventFile:
         if self._writer is None:
