@@ -15,11 +15,26 @@ from typing import Any
 
 from keras_xla.core import compare, figures, reading, spikes
 from keras_xla.core import findings as codes
+from keras_xla.core.guard import OFF_ACTIONS
 from keras_xla.core.report import XLAReport
 from keras_xla.core.signatures import FINDING_CODES
 from keras_xla.core.summaries import COMPARISON_RUN
 
 FIRST_COMPILE = "first compile"
+# What the tab shows of a marker's recompilation, of the HLO section, the
+# compile cache section and the trial's candidates, and of a comparison's
+# rows.
+RECOMPILATION_KEYS = "input dim before after".split()
+HLO_KEYS = (
+    "kernels_per_step fusions fusion_ratio flops_per_step achieved_tflops"
+    " utilization unfused_converts source".split()
+)
+CACHE_KEYS = "active hits misses seconds_saved".split()
+CANDIDATE_KEYS = "name median_step_ms compile_seconds".split()
+COMPARISON_KEYS = (
+    "configuration ok why steps compilations compile_seconds step_ms seconds"
+    " headline default backend_seen xla exit_codes".split()
+)
 # What the page shows when no run holds the tuner's report.
 ADD_THE_TUNER = {
     "title": "No XLATuner data in this log dir",
@@ -110,10 +125,7 @@ def markers(report: XLAReport) -> list[dict]:
                 "seconds": c.compile_seconds,
                 "shapes": c.shapes,
                 "cache": c.cache,
-                "input": rec.input if rec else None,
-                "dim": rec.dim if rec else None,
-                "before": rec.before if rec else None,
-                "after": rec.after if rec else None,
+                **{k: getattr(rec, k, None) for k in RECOMPILATION_KEYS},
                 "message": rec.message if rec else "",
             }
         )
@@ -162,10 +174,11 @@ def baseline_band(report: XLAReport) -> dict | None:
 
 def guard_fallback(report: XLAReport) -> dict | None:
     """Where the recompilation guard turned XLA off (the global train
-    step the rest of the fit trained without it from), with what the
+    step the rest of the fit trained without it from: for every shape,
+    or per shape for new ones, with the steps each way), with what the
     storm cost and what the fallback avoided; None where it did not."""
     g = report.guard
-    if g is None or g.action != "fallback" or len(g.off_from) != 2:
+    if g is None or g.action not in OFF_ACTIONS or len(g.off_from) != 2:
         return None
     offsets = epoch_offsets(report)
     epoch, step = g.off_from
@@ -179,6 +192,12 @@ def guard_fallback(report: XLAReport) -> dict | None:
         "dims": g.dims or ([] if g.dim is None else [g.dim]),
         "projected_compilations": g.projected_compilations,
         "projected_seconds": g.projected_seconds,
+        "action": g.action,
+        "kept_shapes": g.kept_shapes,
+        "xla_steps": g.xla_steps,
+        "xla_seconds": g.xla_seconds,
+        "plain_steps": g.plain_steps,
+        "plain_seconds": g.plain_seconds,
     }
 
 
@@ -200,27 +219,8 @@ def xla_figures(report: XLAReport) -> dict:
         "reason": jit.get("reason", ""),
         "clusters": clustering.get("clusters") or {},
         "cluster_share": share,
-        "hlo": None
-        if not hlo
-        else {
-            k: hlo.get(k)
-            for k in (
-                "kernels_per_step",
-                "fusions",
-                "fusion_ratio",
-                "flops_per_step",
-                "achieved_tflops",
-                "utilization",
-                "unfused_converts",
-                "source",
-            )
-        },
-        "cache": None
-        if not cache
-        else {
-            k: cache.get(k)
-            for k in ("active", "hits", "misses", "seconds_saved")
-        },
+        "hlo": _picked(hlo, HLO_KEYS),
+        "cache": _picked(cache, CACHE_KEYS),
         "decision": None
         if not decision
         else {
@@ -231,14 +231,16 @@ def xla_figures(report: XLAReport) -> dict:
             "speedup_low": decision.get("speedup_low"),
             "speedup_high": decision.get("speedup_high"),
             "candidates": [
-                {
-                    k: c.get(k)
-                    for k in ("name", "median_step_ms", "compile_seconds")
-                }
+                {k: c.get(k) for k in CANDIDATE_KEYS}
                 for c in decision.get("candidates") or []
             ],
         },
     }
+
+
+def _picked(data: dict | None, keys: list[str]) -> dict | None:
+    """`keys` of `data` (None for a missing one), or None without data."""
+    return {k: data.get(k) for k in keys} if data else None
 
 
 # Where a worker of a job keeps its run (`core.workers.worker_dir`).
@@ -364,18 +366,13 @@ def comparison_entry(run: str, text: str) -> dict | None:
     except (ValueError, KeyError, TypeError):
         return None
     prefix = run[: -len(COMPARISON_RUN)] if run.endswith(COMPARISON_RUN) else ""
-    keep = (
-        "configuration", "ok", "why", "steps", "compilations",
-        "compile_seconds", "step_ms", "seconds", "headline", "default",
-        "backend_seen", "xla", "exit_codes",
-    )  # fmt: skip
     return {
         "run": run,
         "script": comparison.get("script"),
         "answer": comparison.get("answer"),
         "rows": [
             {
-                **{k: r.get(k) for k in keep},
+                **{k: r.get(k) for k in COMPARISON_KEYS},
                 "runs": [prefix + name for name in r.get("runs") or []],
             }
             for r in rows
