@@ -14,6 +14,8 @@ Pure logic: nothing here imports TensorFlow or Keras.
 
 from __future__ import annotations
 
+import dataclasses
+
 from keras_xla.core import figures, spikes
 from keras_xla.core.findings import FindingBook
 from keras_xla.core.report import (
@@ -273,16 +275,7 @@ class Accountant:
                 compile_seconds=figures.rounded(seconds),
                 message=f"{message} Recompiled in {seconds:.2f} s.",
                 fix=fix,
-                changes=[
-                    {
-                        "input": c.input,
-                        "dim": c.dim,
-                        "before": c.before,
-                        "after": c.after,
-                        "cause": c.cause,
-                    }
-                    for c in changes
-                ],
+                changes=[dataclasses.asdict(c) for c in changes],
             )
         )
         # The primary change carries the cost; every other cause of the

@@ -31,6 +31,11 @@ from keras_xla.core.report import XLAReport
 
 JOB_FILENAME = "xla_job_report.json"
 JOB_SCHEMA = "keras_xla.job/1"
+# What a worker's row keeps of each recompilation and compilation.
+RECOMPILATION = (
+    "function epoch step input dim after cause compile_seconds".split()
+)
+PROGRAM = "function epoch step shapes fingerprint".split()
 
 
 @dataclasses.dataclass
@@ -98,17 +103,7 @@ def row_of(report: XLAReport, index: int) -> WorkerRow:
         host=worker.get("host"),
         compilations=report.total_compilations,
         recompilations=[
-            {
-                "function": r.function,
-                "epoch": r.epoch,
-                "step": r.step,
-                "input": r.input,
-                "dim": r.dim,
-                "after": r.after,
-                "cause": r.cause,
-                "compile_seconds": r.compile_seconds,
-            }
-            for r in report.recompilations
+            _picked(r, RECOMPILATION) for r in report.recompilations
         ],
         compile_seconds=round(
             sum(c.compile_seconds for c in report.compile_log), 3
@@ -118,17 +113,12 @@ def row_of(report: XLAReport, index: int) -> WorkerRow:
         finished=bool(worker.get("finished")),
         xla_step_ms=verdict.xla_step_ms if verdict else None,
         baseline_step_ms=verdict.baseline_step_ms if verdict else None,
-        programs=[
-            {
-                "function": c.function,
-                "epoch": c.epoch,
-                "step": c.step,
-                "shapes": c.shapes,
-                "fingerprint": c.fingerprint,
-            }
-            for c in report.compile_log
-        ],
+        programs=[_picked(c, PROGRAM) for c in report.compile_log],
     )
+
+
+def _picked(item, names: list[str]) -> dict:
+    return {name: getattr(item, name) for name in names}
 
 
 def build(
