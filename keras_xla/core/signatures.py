@@ -89,23 +89,16 @@ def diff_signatures(old: Signature, new: Signature) -> list[ShapeChange]:
             changes.append(
                 ShapeChange(path, None, None, list(t.shape), NEW_INPUT)
             )
-        elif prev.dtype != t.dtype:
-            changes.append(
-                ShapeChange(path, None, list(prev.shape), list(t.shape), DTYPE)
-            )
-        elif len(prev.shape) != len(t.shape):
-            changes.append(
-                ShapeChange(path, None, list(prev.shape), list(t.shape), RANK)
-            )
-        else:
-            for dim, (a, b) in enumerate(zip(prev.shape, t.shape)):
-                if a != b:
-                    cause = BATCH_SIZE if dim == 0 else DYNAMIC_DIM
-                    changes.append(
-                        ShapeChange(
-                            path, dim, list(prev.shape), list(t.shape), cause
-                        )
-                    )
+            continue
+        before, after = list(prev.shape), list(t.shape)
+        if prev.dtype != t.dtype or len(before) != len(after):
+            cause = DTYPE if prev.dtype != t.dtype else RANK
+            changes.append(ShapeChange(path, None, before, after, cause))
+            continue
+        for dim, (a, b) in enumerate(zip(before, after)):
+            if a != b:
+                cause = BATCH_SIZE if dim == 0 else DYNAMIC_DIM
+                changes.append(ShapeChange(path, dim, before, after, cause))
     for path, t in old_map.items():
         if path not in new_map:
             changes.append(
