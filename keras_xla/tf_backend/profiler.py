@@ -58,10 +58,7 @@ def read_compile_events(path: str) -> list[CompileEvent]:
     """XLA compilations in one `.xplane.pb` file (or every file under a log
     dir), in time order."""
     if os.path.isdir(path):
-        events = []
-        for f in xplane_files(path):
-            events.extend(read_compile_events(f))
-        return sorted(events, key=lambda e: e.start)
+        return _read_files(xplane_files(path))
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     space = xplane_pb2.XSpace()
@@ -75,16 +72,19 @@ def read_compile_events(path: str) -> list[CompileEvent]:
     return sorted(out, key=lambda e: e.start)
 
 
+def _read_files(paths: list[str]) -> list[CompileEvent]:
+    events = [e for path in paths for e in read_compile_events(path)]
+    return sorted(events, key=lambda e: e.start)
+
+
 def _line_compiles(line, names) -> list[CompileEvent]:
     events = sorted(
         (
-            (
-                line.timestamp_ns * 1e-9 + ev.offset_ps * 1e-12,
-                ev.duration_ps * 1e-12,
-                names.get(ev.metadata_id, ""),
-            )
-            for ev in line.events
-        ),
+            line.timestamp_ns * 1e-9 + ev.offset_ps * 1e-12,
+            ev.duration_ps * 1e-12,
+            names.get(ev.metadata_id, ""),
+        )
+        for ev in line.events
     )
     backends = [e for e in events if e[2].endswith(BACKEND_SUFFIX)]
     out = []
@@ -108,11 +108,6 @@ def _line_compiles(line, names) -> list[CompileEvent]:
         out.append(CompileEvent(start, passes_start, b_end))
         previous_end = b_end
     return out
-
-
-def count_compilations(log_dir: str) -> int:
-    """Number of XLA compilations recorded under a profiler log dir."""
-    return len(read_compile_events(log_dir))
 
 
 class ProfileWindow:
@@ -227,21 +222,9 @@ class ProfileWindow:
             f for f in xplane_files(self.log_dir) if f not in self._files_before
         ]
 
-    @staticmethod
-    def busy_finding(error: str) -> tuple[str, str]:
-        """The `profiler-busy` finding's message and fix."""
-        return (
-            f"The profiler window could not run: {error}",
-            "Run one profiler at a time (keras.callbacks.TensorBoard("
-            "profile_batch=...) or XLATuner(profile_steps=...)).",
-        )
-
     def compile_events(self) -> list[CompileEvent]:
         """XLA compilations recorded in this window's trace."""
-        events = []
-        for f in self.new_files():
-            events.extend(read_compile_events(f))
-        return sorted(events, key=lambda e: e.start)
+        return _read_files(self.new_files())
 
 
 class ProfileRun:
@@ -280,11 +263,10 @@ class ProfileRun:
     def count(self) -> None:
         """The report learns of a run's compilations when it ends: the
         section's count of the tuner's compilations in the window."""
-        if self.report.profile is not None:
+        profile = self.report.profile
+        if profile is not None:
             log = self.report.compile_log
-            self.report.profile.tuner_compilations = self.window.count_inside(
-                log
-            )
+            profile.tuner_compilations = self.window.count_inside(log)
 
     def abort(self) -> None:
         """The fit raised: the profiler stops, and the trace written so
@@ -300,5 +282,9 @@ class ProfileRun:
         if section is not None:
             self.report.profile = section
         if error:
-            message, fix = ProfileWindow.busy_finding(error)
-            self.book.add(findings.PROFILER_BUSY, message, fix)
+            self.book.add(
+                findings.PROFILER_BUSY,
+                f"The profiler window could not run: {error}",
+                "Run one profiler at a time (keras.callbacks.TensorBoard("
+                "profile_batch=...) or XLATuner(profile_steps=...)).",
+            )
