@@ -70,10 +70,13 @@ class LedgerStatus:
     set_flags: str | None = None
 
 
-_STATUS = LedgerStatus(
-    None,
-    False,
-    "keras_xla was not imported with TensorFlow as the Keras backend",
+def _off(reason: str, fix: str = "") -> LedgerStatus:
+    """No ledger, and why."""
+    return LedgerStatus(None, False, reason, fix)
+
+
+_STATUS = _off(
+    "keras_xla was not imported with TensorFlow as the Keras backend"
 )
 # In-memory entries: path -> (first listed at, size in bytes).
 _SEEN: dict[str, tuple[float, int]] = {}
@@ -110,9 +113,7 @@ def install(environ=None) -> LedgerStatus:
     try:
         _STATUS = _install(environ)
     except Exception as error:  # noqa: BLE001 - never break an import
-        _STATUS = LedgerStatus(
-            None,
-            False,
+        _STATUS = _off(
             f"it could not be set up ({type(error).__name__}: {error})",
             "Nothing to do: training is not affected.",
         )
@@ -122,33 +123,25 @@ def install(environ=None) -> LedgerStatus:
 
 def _install(environ) -> LedgerStatus:
     if environ.get(OFF_VARIABLE) == "0":
-        return LedgerStatus(
-            None,
-            False,
+        return _off(
             f"{OFF_VARIABLE}=0 turned it off",
             f"Unset {OFF_VARIABLE} to record them.",
         )
     existing = flag_directory(environ)
     inherited = existing is not None and _is_other_process_ledger(existing)
+    if existing and not inherited:
+        return LedgerStatus(existing, False, "")
     if tensorflow_started():
-        if existing and not inherited:
-            return LedgerStatus(existing, False, "")
-        return LedgerStatus(
-            None,
-            False,
+        return _off(
             "TensorFlow had started (run an op) before keras_xla was "
             "imported, so XLA's compilations are not recorded",
             "Import keras_xla before TensorFlow runs its first op.",
         )
-    if existing and not inherited:
-        return LedgerStatus(existing, False, "")
     user = environ.get("TF_XLA_FLAGS", "")
     if inherited:
         user = flags_lib.without_flag(user, f"--{CACHE_FLAG}={existing}")
     if not flags_lib.extensible(user):
-        return LedgerStatus(
-            None,
-            False,
+        return _off(
             "TF_XLA_FLAGS holds quotes that keras_xla cannot extend "
             "without changing how TensorFlow reads them, so it is left "
             "as it is",
