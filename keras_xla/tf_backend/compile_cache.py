@@ -33,6 +33,7 @@ writes there, and fails a step it cannot write.
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import shutil
 
@@ -108,19 +109,15 @@ def enable_compile_cache(
             directory, existing, aside, ledger.directory, can_write,
             trust_shared,
         )  # fmt: skip
+    status = functools.partial(_status, directory, existing, aside)
     if ledger.directory is not None:
         if os.path.abspath(ledger.directory) == directory:
-            message = f"XLA persistent compile cache active in {directory}."
-            return CacheStatus(
-                directory, True, existing, message, "", True, aside
+            return status(
+                f"XLA persistent compile cache active in {directory}.", True
             )
-        return CacheStatus(
-            directory,
-            False,
-            existing,
+        return status(
             f"TF_XLA_FLAGS names another compile cache directory, "
-            f"{ledger.directory}, and TensorFlow uses that one.",
-            set_aside=aside,
+            f"{ledger.directory}, and TensorFlow uses that one."
         )
     if can_write and not compile_ledger.tensorflow_started():
         return _set_flag(directory, existing, aside, verify)
@@ -131,7 +128,13 @@ def enable_compile_cache(
         f"({compile_ledger.status().reason}). Import keras_xla before "
         "TensorFlow runs an op, or set TF_XLA_FLAGS before starting Python."
     )
-    return CacheStatus(directory, False, existing, message, set_aside=aside)
+    return status(message)
+
+
+def _status(directory, existing, aside, message, active=False) -> CacheStatus:
+    """A cache TensorFlow writes to itself where `active`; `aside`: the
+    corrupt entries set aside."""
+    return CacheStatus(directory, active, existing, message, "", True, aside)
 
 
 def _mirror(
@@ -153,15 +156,9 @@ def _mirror(
         f"of {existing} entries loaded; {saved})."
     )
     return CacheStatus(
-        directory,
-        True,
-        existing,
-        message,
-        ledger,
-        can_write,
-        aside,
-        left_out=tuple(left_out),
-    )
+        directory, True, existing, message, ledger, can_write, aside,
+        tuple(left_out),
+    )  # fmt: skip
 
 
 def _save_at_exit(ledger: str, directory: str, pid: int) -> None:
@@ -176,41 +173,39 @@ def _set_flag(directory, existing, aside, verify) -> CacheStatus:
     compilation checks that entries appear there."""
     from keras_xla.tf_backend.flags import with_flag
 
+    status = functools.partial(_status, directory, existing, aside)
     previous = os.environ.get("TF_XLA_FLAGS")
     problem = _flag_problem(directory, previous or "")
     if problem:
-        message = f"The XLA compile cache in {directory} is off: {problem}."
-        return CacheStatus(directory, False, existing, message, set_aside=aside)
+        return status(
+            f"The XLA compile cache in {directory} is off: {problem}."
+        )
     os.environ["TF_XLA_FLAGS"] = with_flag(
         previous or "", CACHE_FLAG, directory
     )
     if not verify:
-        return CacheStatus(
-            directory, True, existing, "Cache flag set (not verified).", "",
-            True, aside,
-        )  # fmt: skip
+        return status("Cache flag set (not verified).", True)
     try:
         active, problem = _canary_writes_entry(directory), ""
     except Exception as error:  # noqa: BLE001 - never stop the user
         active, problem = False, f" ({type(error).__name__}: {error})"
     if active:
         compile_ledger.use_directory(directory)
-        message = (
+        return status(
             f"XLA persistent compile cache active in {directory} "
-            f"({existing} entries found)."
+            f"({existing} entries found).",
+            True,
         )
-        return CacheStatus(directory, True, existing, message, "", True, aside)
     # The flag is not in force: leave the variable as TensorFlow read it,
     # so it does not claim a cache this process does not have.
     if previous is None:
         del os.environ["TF_XLA_FLAGS"]
     else:
         os.environ["TF_XLA_FLAGS"] = previous
-    message = (
+    return status(
         f"The XLA compile cache in {directory} did not take effect: its "
         f"canary compilation wrote no entry{problem}."
     )
-    return CacheStatus(directory, False, existing, message, set_aside=aside)
 
 
 def _flag_problem(directory: str, flags: str) -> str | None:
@@ -268,41 +263,34 @@ def setup_findings(status: CacheStatus | None) -> list[tuple]:
         out += cache_directory.status_findings(status, INACTIVE_FIX)
     if status is not None and status.left_out:
         names = "; ".join(f"{n}: {why}" for n, why in status.left_out)
-        out.append(
-            (
-                findings.COMPILE_CACHE_UNTRUSTED,
-                f"{len(status.left_out)} compile cache entries in "
-                f"{status.directory} were not loaded ({names}); their "
-                "signatures compile afresh.",
-                "Delete those files, or pass "
-                "XLATuner(trust_shared_cache=True) if you trust everyone "
-                "who can write them (links are never followed).",
-            )
-        )
+        out += [(
+            findings.COMPILE_CACHE_UNTRUSTED,
+            f"{len(status.left_out)} compile cache entries in "
+            f"{status.directory} were not loaded ({names}); their "
+            "signatures compile afresh.",
+            "Delete those files, or pass "
+            "XLATuner(trust_shared_cache=True) if you trust everyone "
+            "who can write them (links are never followed).",
+        )]  # fmt: skip
     ledger = compile_ledger.status()
     if ledger.directory is None:
-        out.append(
-            (
-                findings.COMPILE_LEDGER_OFF,
-                f"XLA's compilations are not recorded: {ledger.reason}. The "
-                "HLO analysis and auto-clustering's counts need them.",
-                ledger.fix,
-            )
-        )
+        out += [(
+            findings.COMPILE_LEDGER_OFF,
+            f"XLA's compilations are not recorded: {ledger.reason}. The "
+            "HLO analysis and auto-clustering's counts need them.",
+            ledger.fix,
+        )]  # fmt: skip
     if ledger.directory and not ledger.owned:
         moved = entries_lib.set_aside(ledger.directory)
         aside += [(ledger.directory, n) for n in moved]
     for directory, name in aside:
-        out.append(
-            (
-                findings.COMPILE_CACHE_CORRUPT,
-                f"The compile cache entry {os.path.join(directory, name)} is "
-                "not a valid XLA cache entry (a link, empty, truncated or "
-                "damaged), "
-                f"so it was renamed {name}{entries_lib.CORRUPT_SUFFIX}: "
-                "TensorFlow would have failed the step that loads it.",
-                "Nothing to do: the signature compiles again and its new "
-                "entry replaces it. Delete the .corrupt file when done.",
-            )
-        )
+        out += [(
+            findings.COMPILE_CACHE_CORRUPT,
+            f"The compile cache entry {os.path.join(directory, name)} is "
+            "not a valid XLA cache entry (a link, empty, truncated or "
+            f"damaged), so it was renamed {name}{entries_lib.CORRUPT_SUFFIX}"
+            ": TensorFlow would have failed the step that loads it.",
+            "Nothing to do: the signature compiles again and its new entry "
+            "replaces it. Delete the .corrupt file when done.",
+        )]  # fmt: skip
     return [(*finding, (finding[1],)) for finding in out]
