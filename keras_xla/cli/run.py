@@ -80,23 +80,16 @@ def build_parser() -> argparse.ArgumentParser:
     for name, p in tuner_flags.tuner_parameters().items():
         text = helps.get(name, "") + f" (default: {p.default!r})"
         text = text.replace("%", "%%")  # argparse formats help with %
+        kind = {"type": tuner_flags.value, "metavar": "VALUE"}
         if p.annotation in (bool, "bool"):
-            tuner.add_argument(
-                tuner_flags.flag(name),
-                dest=name,
-                action=argparse.BooleanOptionalAction,
-                default=argparse.SUPPRESS,
-                help=text,
-            )
-        else:
-            tuner.add_argument(
-                tuner_flags.flag(name),
-                dest=name,
-                type=tuner_flags.value,
-                default=argparse.SUPPRESS,
-                metavar="VALUE",
-                help=text,
-            )
+            kind = {"action": argparse.BooleanOptionalAction}
+        tuner.add_argument(
+            tuner_flags.flag(name),
+            dest=name,
+            default=argparse.SUPPRESS,
+            help=text,
+            **kind,
+        )
     return parser
 
 

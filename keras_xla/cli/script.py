@@ -96,31 +96,28 @@ class ScriptResult:
     error: BaseException | None = None
 
 
-class StopAfterSteps:
-    """Keras callback factory: ends a fit cleanly (`stop_training`) once
-    it has trained `steps` train steps, counted from the batch-end hooks'
+def stop_after_steps(steps: int) -> Any:
+    """A Keras callback that ends a fit cleanly (`stop_training`) once it
+    has trained `steps` train steps, counted from the batch-end hooks'
     step indices (no read of the model's variables)."""
+    import keras
 
-    @staticmethod
-    def make(steps: int) -> Any:
-        import keras
+    class StopAfter(keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.done = 0
+            self.epoch_steps = 0
 
-        class StopAfter(keras.callbacks.Callback):
-            def __init__(self) -> None:
-                super().__init__()
-                self.done = 0
-                self.epoch_steps = 0
+        def on_epoch_begin(self, epoch, logs=None):
+            self.done += self.epoch_steps
+            self.epoch_steps = 0
 
-            def on_epoch_begin(self, epoch, logs=None):
-                self.done += self.epoch_steps
-                self.epoch_steps = 0
+        def on_train_batch_end(self, batch, logs=None):
+            self.epoch_steps = batch + 1
+            if self.done + self.epoch_steps >= steps:
+                self.model.stop_training = True
 
-            def on_train_batch_end(self, batch, logs=None):
-                self.epoch_steps = batch + 1
-                if self.done + self.epoch_steps >= steps:
-                    self.model.stop_training = True
-
-        return StopAfter()
+    return StopAfter()
 
 
 class FitHook:
@@ -200,16 +197,14 @@ class FitHook:
             log_dir = tuner.settings.log_dir
             self.fits.append(ScriptFit(name, log_dir, tuner, added=False))
         else:
-            log_dir = (
-                os.path.join(self.log_dir, self.name, name)
-                if self.log_dir
-                else None
-            )
+            log_dir = None
+            if self.log_dir:
+                log_dir = os.path.join(self.log_dir, self.name, name)
             tuner = XLATuner(**{**self.arguments, "log_dir": log_dir})
             self.fits.append(ScriptFit(name, log_dir, tuner, added=True))
             callbacks = [*callbacks, tuner]
         if self.steps is not None:
-            callbacks = [*callbacks, StopAfterSteps.make(self.steps)]
+            callbacks = [*callbacks, stop_after_steps(self.steps)]
         return callbacks
 
 

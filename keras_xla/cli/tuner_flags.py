@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import functools
 import importlib
 import inspect
@@ -111,16 +112,11 @@ def value(text: str) -> Any:
     if word in WORDS:
         return WORDS[word]
     for kind in (int, float):
-        try:
+        with contextlib.suppress(ValueError):
             return kind(text)
-        except ValueError:
-            pass
     if "," in text:
-        parts = text.split(",")
-        try:
-            return tuple(int(p) for p in parts)
-        except ValueError:
-            return text
+        with contextlib.suppress(ValueError):
+            return tuple(int(p) for p in text.split(","))
     return text
 
 
