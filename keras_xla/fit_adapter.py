@@ -16,6 +16,7 @@ from typing import Any
 
 from keras_xla.auto.policy import Candidate
 from keras_xla.auto.runner import TrialRunner
+from keras_xla.core.shape_switch import ShapeSwitch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +55,8 @@ class FitAdapter:
         interrupted: What to call when a step raises inside the fit.
 
     Attributes:
+        switch: The per-shape fallback's switch, once the guard put it
+            (`switch_shapes`).
         log: The backend's step log, once set up: the calls as step
             records (`begin`, `complete`, `close`, `collect`, `take`,
             `drain`), the compilations since the guard's last look
@@ -74,6 +77,7 @@ class FitAdapter:
         self.report, self.book = report, book
         self.interrupted = interrupted
         self.log: Any = None
+        self.switch: ShapeSwitch | None = None
 
     def setup(self) -> Start:
         """Puts the model in the requested XLA and precision setting and
@@ -88,6 +92,14 @@ class FitAdapter:
     def put(self, trial: TrialRunner | None, decided: bool = False) -> None:
         """The model's step functions for its configuration now (`trial`:
         the windows running, if any; `decided`: a trial just chose)."""
+        raise NotImplementedError
+
+    def switch_shapes(self) -> ShapeSwitch | None:
+        """After a storm (`on_recompile_storm="per_shape"`): puts step
+        functions that run XLA's program for the shapes it compiled and
+        the step without XLA for any other (`shape_switch`), and keeps
+        the switch in `switch`; None where a call takes several batches
+        or the step runs on several replicas (the owner falls back)."""
         raise NotImplementedError
 
     def analyze_hlo(self, stats: Any, records: list) -> list:

@@ -484,11 +484,16 @@ class FitOwner:
         if self.guard is not None:
             self._observe(records)
             if self.report.guard is not None:
-                compiled = {
-                    guard_lib.shapes_key(c.shapes)
-                    for c in self.report.compile_log
-                    if c.function == "train"
-                }
+                switch = self.adapter.switch
+                compiled = (
+                    switch.compiled["train"]
+                    if switch is not None
+                    else {
+                        guard_lib.shapes_key(c.shapes)
+                        for c in self.report.compile_log
+                        if c.function == "train"
+                    }
+                )
                 guard_lib.count_avoided(
                     self.report.guard, records, compiled, epoch, self._avoided
                 )
@@ -641,13 +646,30 @@ class FitOwner:
     def _act_on_storm(self, storm: Any, batch: int) -> None:
         """The guard found a storm; train step `batch` is next:
         `on_recompile_storm` says what to do (fall back to no XLA from
-        that step, raise, or warn)."""
+        that step, for every shape or for new ones, raise, or warn)."""
         action, epoch = self.settings.on_recompile_storm, self.accountant.epoch
         remaining = self._remaining_calls(epoch, batch)
         workers = self.worker.count if self.worker else 1
+        switch, instead = None, ""
+        if action == "per_shape" and workers == 1:
+            switch = self.adapter.switch_shapes()
+            if switch is None:
+                action, per_call = "fallback", self._steps_per_call()
+                runs = (
+                    f"runs {per_call} batches per call"
+                    if per_call > 1
+                    else "runs its step on several replicas"
+                )
+                instead = (
+                    " on_recompile_storm='per_shape' needs one batch per "
+                    f"train call on one replica; this fit {runs}, so XLA "
+                    "is off for every shape instead."
+                )
+        kept = len(switch.compiled["train"]) if switch is not None else 0
         message, fix, reason = guard_lib.act(
-            storm, action, epoch, batch, remaining, workers
+            storm, action, epoch, batch, remaining, workers, kept
         )
+        message += instead
         action = storm.action
         self.report.guard = storm
         place = ("train", storm.input, storm.dim)
@@ -660,9 +682,10 @@ class FitOwner:
             # built once per model): no step is lost, nothing compiles.
             xla_setting.set_xla(self.model, False)
             self.adapter.put(None)
-            if self.report.jit is not None:
-                self.report.jit.enabled = False
-                self.report.jit.reason = reason
+        if action in guard_lib.OFF_ACTIONS and self.report.jit is not None:
+            # Per shape XLA stays on, for the shapes it compiled.
+            self.report.jit.enabled = action == "per_shape"
+            self.report.jit.reason = reason
 
 
 def _worker(model: Any) -> workers.Worker | None:

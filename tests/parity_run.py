@@ -24,7 +24,8 @@ scenarios as one JSON object on the last line.
   (the baseline window ends there); every step trains, and the weights
   are those of a fit without XLA. `storm_raise` and `storm_warn` act as
   named; `buckets` cycles through 6 lengths (under the budget):
-  untouched.
+  untouched; `per_shape` keeps XLA for the lengths it compiled before
+  its storm and runs new ones without XLA.
 """
 
 import json
@@ -176,6 +177,7 @@ def guarded(log_dir, width, lengths, against_plain=False, **tuner_args):
     are from a fit without XLA (on JAX op by op, each new length slow)."""
     model = tokens(width)
     tuner = keras_xla.XLATuner(log_dir=log_dir, verbose=0, **tuner_args)
+    written = xla_written()
     raised = None
     try:
         model.fit(Lengths(lengths), shuffle=False, verbose=0, callbacks=[tuner])
@@ -191,6 +193,8 @@ def guarded(log_dir, width, lengths, against_plain=False, **tuner_args):
         )
     report = tuner.report
     guard = report.guard.to_dict() if report.guard else None
+    if written is not None:
+        written = xla_written() - written
     return summary(
         report,
         guard=guard,
@@ -199,10 +203,28 @@ def guarded(log_dir, width, lengths, against_plain=False, **tuner_args):
         compiled_at=[c.step for c in report.compile_log],
         weights_apart=apart,
         jit_enabled=report.jit.enabled,
+        xla_written=written,
+        lengths=list(lengths),
     )
 
 
+def xla_written():
+    """On TensorFlow, XLA's compilations in this process so far, from
+    its own record (the compile ledger); None on JAX, whose counts are
+    JAX's own compile events."""
+    if keras.backend.backend() != "tensorflow":
+        return None
+    from keras_xla.tf_backend import compile_ledger
+
+    return compile_ledger.written()
+
+
 NEVER_REPEAT = [8 + i for i in range(30)]
+# Twelve new lengths (a storm at the tenth), then known lengths (odd
+# steps) between new ones (even steps), and a known one seen again.
+PER_SHAPE = [8 + i for i in range(12)] + [
+    8 + i % 12 if i % 2 else 40 + i for i in range(20)
+]
 
 
 def main(log_dir):
@@ -239,6 +261,12 @@ def main(log_dir):
             {"on_recompile_storm": "warn", "baseline": False},
         ),
         ("buckets", 9, [8, 12, 16, 20, 24, 28] * 5, {}),
+        (
+            "per_shape",
+            10,
+            PER_SHAPE,
+            {"against_plain": True, "on_recompile_storm": "per_shape"},
+        ),
     ):
         sub = os.path.join(log_dir, name)
         out[name] = guarded(sub, width, lengths, **args)

@@ -223,3 +223,27 @@ def test_a_failing_check_is_an_output_finding_and_the_others_run():
         found[codes.OUTPUT_FAILED].message
     )
     assert fit.report.verdict is not None  # judged after it anyway
+
+
+def test_per_shape_falls_back_whole_where_the_backend_cannot_switch():
+    from keras_xla.core.report import GuardSection
+
+    fit = owner(
+        StubModel(steps_per_execution=4), on_recompile_storm="per_shape"
+    )
+    fit.adapter.switch_shapes = lambda: None  # several batches per call
+    storm = GuardSection(
+        action="", budget=8, epoch=0, step=9, recompilations=9,
+        compile_seconds=4.5, saved_seconds=0.0, window=10, compiled=9,
+        input="x", dim=1, cause="dynamic_dim",
+    )  # fmt: skip
+    fit._act_on_storm(storm, 10)
+    assert storm.action == "fallback" and storm.off_from == [0, 10]
+    assert fit.model.jit_compile is False
+    assert ("put", False, False) in fit.adapter.asked
+    (found,) = [f for f in fit.book.findings if f.code == "recompile-storm"]
+    assert (
+        "on_recompile_storm='per_shape' needs one batch per train call on "
+        "one replica; this fit runs 4 batches per call, so XLA is off for "
+        "every shape instead." in found.message
+    )

@@ -164,3 +164,69 @@ def test_a_worker_of_a_job_warns_instead_of_falling_back_alone():
     _, _, reason = guard_lib.act(alone, "fallback", 0, 10, 20)
     assert alone.action == "fallback" and alone.off_from == [0, 10]
     assert reason.startswith("the recompilation guard turned XLA off")
+
+
+def test_per_shape_counts_each_side_and_what_it_avoided():
+    storm = GuardSection(
+        action="", budget=8, epoch=0, step=9, recompilations=9,
+        compile_seconds=4.5, saved_seconds=0.0, window=10, compiled=9,
+        input="x", dim=1, cause="dynamic_dim",
+    )  # fmt: skip
+    said, _, reason = guard_lib.act(storm, "per_shape", 0, 10, None, kept=10)
+    assert storm.action == "per_shape" and storm.off_from == [0, 10]
+    assert "keeps running the 10 shapes it compiled" in said
+    assert reason.startswith("XLA runs the 10 shapes it compiled")
+    compiled = {guard_lib.shapes_key({"x": [4, n]}) for n in range(8, 18)}
+    # Steps 8-9 are before the switch; from step 10 lengths 9 and 12 are
+    # known, 30 and 31 new (31 twice: one compilation avoided).
+    lengths = [8, 9, 9, 12, 30, 31, 31]
+    records = calls(lengths)
+    for step, r in enumerate(records):
+        r.first_step, r.seconds = step + 8, 0.01 if lengths[step] < 20 else 0.1
+    avoided = set()
+    guard_lib.count_avoided(storm, records, compiled, 0, avoided)
+    assert (storm.xla_steps, storm.plain_steps) == (2, 3)
+    assert storm.xla_seconds == pytest.approx(0.02)
+    assert storm.plain_seconds == pytest.approx(0.3)
+    assert storm.projected_compilations == 2.0
+    assert storm.projected_seconds == pytest.approx(1.0)
+
+    from keras_xla.core import render
+    from keras_xla.core.report import XLAReport
+
+    report = XLAReport()
+    report.guard = storm
+    text = render.summary(report)
+    assert (
+        "from epoch 0, step 10 XLA ran the 10 shapes it compiled, new ones "
+        "ran without XLA; 2 compilations (1.0 s) avoided." in text
+    )
+    assert (
+        "Per shape: 2 steps ran XLA (0.02 s, 10.0 ms each), 3 steps "
+        "without XLA (0.30 s, 100.0 ms each)." in text
+    )
+
+
+def test_the_switch_reads_a_batch_as_the_step_logs_read_its_signature():
+    import numpy as np
+
+    from keras_xla.core.shape_switch import ShapeSwitch, batch_key
+
+    batch = ({"tokens": np.zeros((4, 9), "int32")}, np.zeros((4, 1)))
+    signature = Signature(
+        0,
+        (
+            TensorSignature("x/tokens", (4, 9), "int32"),
+            TensorSignature("y", (4, 1), "float32"),
+        ),
+    )
+    switch = ShapeSwitch({"train": {batch_key(batch)}, "test": set()})
+    assert switch.knows("train", signature)
+    assert not switch.knows("test", signature)
+    ran = []
+    for data in (batch, ({"tokens": np.zeros((4, 10), "int32")}, batch[1])):
+        side = switch.dispatch(
+            "train", lambda d=data: d, lambda d: "xla", lambda d: "plain"
+        )
+        ran.append(side)
+    assert ran == ["xla", "plain"]

@@ -264,6 +264,35 @@ def test_a_recompilation_storm_raises_or_warns_as_asked(runs):
         assert "recompile-storm" in warned["codes"]
 
 
+def test_per_shape_keeps_xla_for_the_shapes_it_compiled(runs):
+    for r in runs:
+        run = r["per_shape"]
+        guard = run["guard"]
+        assert guard["action"] == "per_shape"
+        epoch, step = guard["off_from"]
+        assert (epoch, step) == (0, guard["step"] + 1)
+        # Before the storm each new length compiled; after it none did,
+        # and no known one compiled again: XLA's own record agrees.
+        assert run["compilations"] == {"train": step}
+        assert run["compiled_at"] == list(range(step))
+        if run["xla_written"] is not None:
+            assert run["xla_written"] == step
+        assert guard["kept_shapes"] == step
+        # From `step` on, the lengths XLA had compiled ran its program,
+        # the others ran without XLA; every step trained.
+        before, lengths = run["lengths"][:step], run["lengths"][step:]
+        known = [n for n in lengths if n in before]
+        assert guard["xla_steps"] == len(known) > 0
+        assert guard["plain_steps"] == len(lengths) - len(known) > 0
+        assert guard["xla_seconds"] > 0 and guard["plain_seconds"] > 0
+        assert guard["projected_compilations"] == len(
+            set(lengths) - set(before)
+        )
+        assert run["steps"] == len(run["lengths"])
+        assert run["jit_enabled"] is True
+        assert run["weights_apart"] < 1e-5
+
+
 def test_a_few_buckets_under_the_budget_are_untouched(runs):
     for r in runs:
         buckets = r["buckets"]

@@ -30,7 +30,10 @@ from keras_xla.core.timing import StepRecord
 # window rule above, leaves a pipeline of up to 9 buckets (and a partial
 # last batch) untouched: its 9th recompilation would need a 10th shape.
 DEFAULT_BUDGET = 8
-ACTIONS = ("fallback", "raise", "warn")
+ACTIONS = ("fallback", "per_shape", "raise", "warn")
+# The actions after which the rest of the fit runs (some) shapes without
+# XLA, from `off_from` on.
+OFF_ACTIONS = ("fallback", "per_shape")
 # A call is looked at (its records collected: 0.6 ms on TensorFlow) only
 # where it may have compiled: it took this long, and twice the typical
 # call that compiled nothing. An XLA compilation takes longer than both.
@@ -74,13 +77,14 @@ def count_avoided(
     epoch: int,
     avoided: set[tuple],
 ) -> None:
-    """After a fallback, what it avoided, measured: the shapes the train
-    `records` of `epoch` ran without XLA from the fallback on that XLA's
-    step had not compiled (`compiled`: `shapes_key`s) join `avoided`,
-    each a compilation the fit would have made with XLA on, at the
-    storm's mean compile time. The storm's `projected_*` then say that,
-    no longer the rate's guess."""
-    if storm.action != "fallback" or not storm.off_from:
+    """After a fallback (whole or per shape), what it avoided, measured:
+    the shapes the train `records` of `epoch` ran without XLA from
+    `off_from` on that XLA's step had not compiled (`compiled`:
+    `shapes_key`s) join `avoided`, each a compilation the fit would
+    have made with XLA on, at the storm's mean compile time. The storm's
+    `projected_*` then say that, no longer the rate's guess. Per shape,
+    the steps each side ran and their seconds are added up too."""
+    if storm.action not in OFF_ACTIONS or not storm.off_from:
         return
     off_epoch, off_step = storm.off_from
     if epoch < off_epoch:
@@ -88,10 +92,17 @@ def count_avoided(
     for record in records:
         if epoch == off_epoch and record.first_step < off_step:
             continue
-        for step in record.signatures:
-            shapes = {t.path: list(t.shape) for t in step[0].tensors}
-            if shapes_key(shapes) not in compiled:
-                avoided.add(shapes_key(shapes))
+        keys = [
+            shapes_key({t.path: list(t.shape) for t in step[0].tensors})
+            for step in record.signatures
+        ]
+        avoided.update(k for k in keys if k not in compiled)
+        if storm.action == "per_shape" and keys:
+            side = "xla" if keys[0] in compiled else "plain"
+            steps = getattr(storm, f"{side}_steps") + record.steps
+            seconds = getattr(storm, f"{side}_seconds") + record.seconds
+            setattr(storm, f"{side}_steps", steps)
+            setattr(storm, f"{side}_seconds", round(seconds, 4))
     each = storm.compile_seconds / max(storm.recompilations, 1)
     storm.projected_compilations = float(len(avoided))
     storm.projected_seconds = round(len(avoided) * each, 2)
@@ -133,19 +144,21 @@ def act(
     step: int,
     remaining_calls: int | None,
     workers: int = 1,
+    kept: int = 0,
 ) -> tuple[str, str, str]:
     """Fills the storm's `action`, what a fallback avoids at its rate
     over the fit's `remaining_calls`, and where XLA goes off (train step
-    `step` of `epoch`, next); returns the finding's message and fix and,
-    for a fallback, the reason XLA is off ("" otherwise). One of a job's
-    `workers` warns instead of falling back: alone without XLA, it would
-    make the others wait for it at every collective."""
+    `step` of `epoch`, next; per shape: for new shapes, XLA's step
+    running the `kept` shapes it compiled); returns the finding's
+    message and fix and, for a fallback, the reason for XLA's state (""
+    otherwise). One of a job's `workers` warns instead of falling back:
+    alone without XLA, it would make the others wait for it at every
+    collective."""
     count, seconds = projected(storm, remaining_calls)
-    if action == "fallback" and workers > 1:
+    storm.projected_compilations = round(count, 1)
+    storm.projected_seconds = round(seconds, 2)
+    if action in OFF_ACTIONS and workers > 1:
         storm.action = "warn"
-        storm.projected_compilations = round(count, 1)
-        storm.projected_seconds = round(seconds, 2)
-        storm.off_from = []
         said = message(storm) + (
             f" Training goes on with XLA: this is one of a job's {workers} "
             "workers, and one that left XLA alone would make the others "
@@ -153,28 +166,41 @@ def act(
         )
         return said, fix(storm), ""
     storm.action = action
-    storm.projected_compilations = round(count, 1)
-    storm.projected_seconds = round(seconds, 2)
-    storm.off_from = [epoch, step] if action == "fallback" else []
+    storm.off_from = [epoch, step] if action in OFF_ACTIONS else []
     said = message(storm)
     if action == "raise":
         return said, fix(storm), ""
     if action == "warn":
         said += " Training goes on with XLA (on_recompile_storm='warn')."
         return said, fix(storm), ""
-    said += (
-        f" XLA is off from epoch {epoch}, step {step} on "
-        "(on_recompile_storm='fallback')."
-    )
+    if action == "per_shape":
+        storm.kept_shapes = kept
+        said += (
+            f" XLA's step keeps running the {kept} shapes it compiled; "
+            f"from epoch {epoch}, step {step} on, a new shape runs "
+            "without XLA instead of compiling "
+            "(on_recompile_storm='per_shape')."
+        )
+        reason = (
+            f"XLA runs the {kept} shapes it compiled; the recompilation "
+            f"guard runs new shapes of {where(storm)} without XLA from "
+            f"epoch {epoch}, step {step}"
+        )
+    else:
+        said += (
+            f" XLA is off from epoch {epoch}, step {step} on "
+            "(on_recompile_storm='fallback')."
+        )
+        reason = (
+            f"the recompilation guard turned XLA off at epoch {epoch}, "
+            f"step {step}: train kept compiling for new shapes of "
+            f"{where(storm)}"
+        )
     if count:
         said += (
             f" At that rate the rest of the fit would have compiled about "
             f"{count:.0f} more times ({seconds:.1f} s)."
         )
-    reason = (
-        f"the recompilation guard turned XLA off at epoch {epoch}, step "
-        f"{step}: train kept compiling for new shapes of {where(storm)}"
-    )
     return said, fix(storm), reason
 
 

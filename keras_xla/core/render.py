@@ -172,7 +172,7 @@ def guard_line(guard) -> list[str]:
         f"{g.recompilations} recompilations for new sizes of {where} "
         f"({g.compile_seconds:.2f} s; XLA had saved {g.saved_seconds:.2f} s)"
     )
-    if g.action == "fallback" and g.off_from:
+    if g.action in guard_lib.OFF_ACTIONS and g.off_from:
         avoided = (
             f"; {g.projected_compilations:.0f} compilations "
             f"({g.projected_seconds:.1f} s) avoided"
@@ -180,8 +180,30 @@ def guard_line(guard) -> list[str]:
             else ""
         )
         epoch, step = g.off_from
-        return [f"{found}: no XLA from epoch {epoch}, step {step}{avoided}."]
+        if g.action == "fallback":
+            return [
+                f"{found}: no XLA from epoch {epoch}, step {step}{avoided}."
+            ]
+        return [
+            f"{found}: from epoch {epoch}, step {step} XLA ran the "
+            f"{g.kept_shapes} shapes it compiled, new ones ran without "
+            f"XLA{avoided}.",
+            f"  Per shape: {sides(g)}.",
+        ]
     return [f"{found}: {'raised' if g.action == 'raise' else 'warned'}."]
+
+
+def sides(guard) -> str:
+    """The per-shape fallback's steps each way and what they cost."""
+
+    def side(steps: int, seconds: float, how: str) -> str:
+        each = f", {seconds / steps * 1000:.1f} ms each" if steps else ""
+        return f"{steps} steps {how} ({seconds:.2f} s{each})"
+
+    return (
+        f"{side(guard.xla_steps, guard.xla_seconds, 'ran XLA')}, "
+        f"{side(guard.plain_steps, guard.plain_seconds, 'without XLA')}"
+    )
 
 
 def jit_line(report: XLAReport) -> list[str]:

@@ -260,7 +260,10 @@ class GuardSection(Section):
     avoided, measured: the shapes the rest of the fit ran that XLA had
     not compiled, at the storm's compile time each (raise, warn: what
     the rest of the fit would compile at the storm's rate, 0 where its
-    length is unknown)."""
+    length is unknown). `"per_shape"` keeps XLA's step for the
+    `kept_shapes` it had compiled and runs new ones without XLA from
+    `off_from` on: `xla_steps` and `plain_steps` ran each way, in
+    `xla_seconds` and `plain_seconds`."""
 
     action: str
     budget: int
@@ -279,6 +282,11 @@ class GuardSection(Section):
     projected_seconds: float = 0.0
     off_from: list = dataclasses.field(default_factory=list)
     dims: list = dataclasses.field(default_factory=list)
+    kept_shapes: int = 0
+    xla_steps: int = 0
+    xla_seconds: float = 0.0
+    plain_steps: int = 0
+    plain_seconds: float = 0.0
 
 
 @dataclasses.dataclass

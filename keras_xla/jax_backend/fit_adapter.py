@@ -23,12 +23,13 @@ from keras_xla.auto.model_state import ModelState
 from keras_xla.auto.policy import AUTO, Candidate
 from keras_xla.core import cache_directory
 from keras_xla.core import findings as codes
+from keras_xla.core.shape_switch import ShapeSwitch, signature_key
 from keras_xla.core.timing import median_seconds
 from keras_xla.fit_adapter import FitAdapter, Start
 from keras_xla.jax_backend import environment, epoch_checks, hlo
 from keras_xla.jax_backend.compile_events import CompileEvents
 from keras_xla.jax_backend.step_log import JaxStepLog, trackers_of
-from keras_xla.jax_backend.tap import StepTap, untapped
+from keras_xla.jax_backend.tap import FUNCTIONS, StepTap, untapped
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,9 @@ class JaxFitAdapter(FitAdapter):
         self._start_test = None
         # The functions this fit's tap wrapped and put on the model.
         self._tapped: dict[str, Any] = {}
+        # The per-shape fallback: per function, the switched function
+        # and the XLA one it stands for.
+        self._switched: dict[str, tuple[Any, Any]] = {}
 
     def setup(self) -> Start:
         s, model = self.settings, self.model
@@ -163,6 +167,8 @@ class JaxFitAdapter(FitAdapter):
         )
         put = {"train": self._function(now, 0)}
         put["test"] = self._function(test_config, 1)
+        if self.switch is not None:
+            put = {f: self._switched[f][0] for f in FUNCTIONS}
         for function, fn in put.items():
             attr, mine = f"{function}_function", self._tapped.get(function)
             on_model = getattr(self.model, attr)
@@ -176,6 +182,41 @@ class JaxFitAdapter(FitAdapter):
         if candidate == self._start:
             return (self._start_train, self._start_test)[which]
         return self._built(candidate.jit, candidate.policy)[which]
+
+    def switch_shapes(self) -> ShapeSwitch | None:
+        model = self.model
+        if int(model.steps_per_execution or 1) != 1:
+            return None
+        now = self._configuration()
+        plain = Candidate(False, now.policy)
+        compiled = {}
+        for which, function in enumerate(FUNCTIONS):
+            xla = self._function(now, which)
+            known = self.log.trackers.of(xla).compiled(function)
+            compiled[function] = {signature_key(s) for s in known}
+            self._switched[function] = (
+                self._switch(function, xla, self._function(plain, which)),
+                xla,
+            )
+        self.switch = ShapeSwitch(compiled)
+        self.put(None)
+        return self.switch
+
+    def _switch(self, function: str, xla: Any, plain: Any) -> Any:
+        """Keras's `<function>_function` that takes the call's batch and
+        hands it to XLA's function where XLA compiled its shapes, else to
+        the one without XLA (tapped as one function: the tap sees the
+        batch and its wait)."""
+
+        def switched(state, iterator):
+            return self.switch.dispatch(
+                function,
+                lambda: next(iterator),
+                lambda data: xla(state, iter((data,))),
+                lambda data: plain(state, iter((data,))),
+            )
+
+        return switched
 
     def _step_failed(self, function: str, error: Exception) -> None:
         """A step function raised inside the fit: the indivisible batch
@@ -291,6 +332,10 @@ class JaxFitAdapter(FitAdapter):
         model = self.model
         model.train_function = untapped(model.train_function)
         model.test_function = untapped(model.test_function)
+        for function, (switched, xla) in self._switched.items():
+            attr = f"{function}_function"
+            if getattr(model, attr) is switched:
+                setattr(model, attr, xla)  # the switch was the fit's
         if keep:
             return
         if model.optimizer is not self._user_state.optimizer:

@@ -19,6 +19,7 @@ import os
 import platform
 import re
 import time
+import types
 from typing import Any
 
 from keras_xla.core import hardware, peaks
@@ -51,14 +52,27 @@ TEXT_PATH = os.path.join("hlo", "train_step.optimized.txt")
 
 def jitted_step(model: Any, function: str = "train") -> Any:
     """The `jax.jit` object the model's step function calls, or None."""
-    fn = untapped(getattr(model, f"{function}_function", None))
+    return _jitted(untapped(getattr(model, f"{function}_function", None)))
+
+
+def _jitted(fn: Any, depth: int = 1) -> Any:
+    """The `jax.jit` object in `fn`'s closure, or in that of a function
+    it calls `depth` levels down (the per-shape switch's XLA side)."""
+    cells = []
     for cell in getattr(fn, "__closure__", None) or ():
         try:
-            value = cell.cell_contents
+            cells.append(cell.cell_contents)
         except ValueError:
             continue
+    for value in cells:
         if hasattr(value, "lower") and hasattr(value, "trace"):
             return value
+    if depth:
+        for value in cells:
+            if isinstance(value, types.FunctionType):
+                found = _jitted(value, depth - 1)
+                if found is not None:
+                    return found
     return None
 
 

@@ -19,6 +19,7 @@ from keras_xla import xla_setting
 from keras_xla.core import findings as codes
 from keras_xla.core import lints
 from keras_xla.core.interrupts import on_error
+from keras_xla.core.shape_switch import ShapeSwitch, signature_key
 from keras_xla.fit_adapter import FitAdapter, Start
 from keras_xla.tf_backend import (
     autoclustering,
@@ -31,6 +32,7 @@ from keras_xla.tf_backend import (
 from keras_xla.tf_backend import compile_cache as cache_lib
 from keras_xla.tf_backend import jit as jit_lib
 from keras_xla.tf_backend import unsupported as unsupported_lib
+from keras_xla.tf_backend.batch_feed import BatchFeeds
 from keras_xla.tf_backend.model_lease import ModelLease
 from keras_xla.tf_backend.profiler import ProfileRun
 from keras_xla.tf_backend.step_functions import (
@@ -55,6 +57,9 @@ class TFFitAdapter(FitAdapter):
         self._configured = False  # jit_compile applied to the model
         self._clustering = False
         self._cache_before: dict[str, float] = {}
+        # The per-shape fallback: the functions without XLA, the feeds.
+        self._plain: dict[str, Any] = {}
+        self._feeds = BatchFeeds()
 
     def setup(self) -> Start:
         s, model = self.settings, self.model
@@ -165,10 +170,57 @@ class TFFitAdapter(FitAdapter):
 
     def _wrap(self, function: str, fn: Any) -> Any:
         """The fit's wrapper of a step function: the unsupported-op guard
-        while XLA is on; if the step raises, the fit is `interrupted`."""
+        while XLA is on, and the per-shape switch once the guard put it;
+        if the step raises, the fit is `interrupted`."""
         if self.jit_on:
             fn = self._guard(function, fn)
+            if self.switch is not None:
+                fn = self._switched(function, fn, self._plain[function])
         return on_error(fn, self.interrupted)
+
+    # The per-shape fallback.
+
+    def switch_shapes(self) -> ShapeSwitch | None:
+        model, functions = self.model, self.functions
+        if functions is None or int(model.steps_per_execution or 1) != 1:
+            return None
+        compiled = {}
+        for function in FUNCTIONS:
+            variant = functions.active(function)
+            xla = variant is not None and variant.config.xla
+            known = variant.tracker.compiled(function) if xla else []
+            compiled[function] = {signature_key(s) for s in known}
+        xla_setting.set_xla(model, False)
+        try:  # the functions without XLA, built once per model
+            for function in FUNCTIONS:
+                functions.prepare(model, function, self._config(False), None)
+                self._plain[function] = functions.active(function).fn
+        finally:
+            xla_setting.set_xla(model, True)
+        self.switch = ShapeSwitch(compiled)
+        self.log.ran_xla = self.switch.knows
+        self.put(None)
+        return self.switch
+
+    def _switched(self, function: str, xla: Any, plain: Any) -> Any:
+        """Keras's `<function>_function` that takes the call's batch and
+        hands it, through a feed of the same element spec
+        (`batch_feed`), to XLA's function where XLA compiled its shapes,
+        else to the one without XLA."""
+        switch, feeds = self.switch, self._feeds
+
+        def switched(iterator):
+            if not hasattr(iterator, "element_spec"):
+                return xla(iterator)  # not Keras's tf.data iterator
+            feed = feeds.of(iterator.element_spec)
+            return switch.dispatch(
+                function,
+                lambda: next(iterator),
+                lambda data: xla(feed.holding(data)),
+                lambda data: plain(feed.holding(data)),
+            )
+
+        return switched
 
     # Unsupported ops.
 
@@ -294,6 +346,7 @@ class TFFitAdapter(FitAdapter):
             self.lease.unwatch()
             if self.functions is not None:
                 self.functions.unwrap(self.model)
+            self._feeds.close()
         if not keep:
             self.lease.restore()
         self._match_functions()

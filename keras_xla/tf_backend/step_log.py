@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from keras_xla.core.accounting import (
     detect_cluster_compilations,
@@ -82,6 +83,9 @@ class StepLog:
         # XLA's compilations the ledger held at the guard's last look
         # (None: not looked yet).
         self._written: int | None = None
+        # After the per-shape fallback: whether a step of `(function,
+        # signature)` ran XLA's step (the others compile nothing).
+        self.ran_xla: Callable[[str, Any], bool] | None = None
 
     def begin(self, function: str, batch: int, now: float) -> None:
         """A call of `function` at step `batch` begins (`now`: the clock
@@ -148,7 +152,14 @@ class StepLog:
                 # length, Keras's last call only finds the end of data.
                 records = [r for r in records if r.signatures]
             if counting == JIT:
-                detect_compilations(function, records, variant.tracker)
+                ran = self.ran_xla  # per shape: XLA's steps alone compile
+                jitted = [
+                    r
+                    for r in records
+                    if ran is None
+                    or all(ran(function, step[0]) for step in r.signatures)
+                ]
+                detect_compilations(function, jitted, variant.tracker)
             elif counting == CLUSTERS and self.ledger is not None:
                 detect_cluster_compilations(
                     function,

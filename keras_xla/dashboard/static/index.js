@@ -239,8 +239,11 @@ function stepChart(view, onSelect) {
       height: H - B - T, class: "guard-band" });
     rect.append(svg("title", {}, document.createTextNode(guardText(off))));
     chart.prepend(rect);
+    const label = off.action === "per_shape"
+      ? "new shapes without XLA from here (recompilation storm)"
+      : "no XLA from here (recompilation storm)";
     chart.append(svg("text", { x: gx + 4, y: T + 14, class: "axis" },
-      document.createTextNode("no XLA from here (recompilation storm)")));
+      document.createTextNode(label)));
   }
   // Markers: one per compilation, a rule at its step and its head above
   // the plot; the labels above the heads, in rows, drawn after every
@@ -306,9 +309,22 @@ function guardText(off) {
     ? `; ${Math.round(off.projected_compilations)} compilations ` +
       `(${num(off.projected_seconds)} s) avoided`
     : "";
-  return `the recompilation guard turned XLA off at global step ` +
-    `${off.global_step}: ${off.recompilations} recompilations for new ` +
+  const storm = `${off.recompilations} recompilations for new ` +
     `sizes of ${where} (${num(off.compile_seconds)} s)${avoided}`;
+  if (off.action !== "per_shape") {
+    return `the recompilation guard turned XLA off at global step ` +
+      `${off.global_step}: ${storm}`;
+  }
+  const side = (steps, seconds, how) => `${steps} steps ${how} ` +
+    `(${num(seconds)} s` +
+    (steps ? `, ${num(seconds / steps * 1000)} ms each)` : ")");
+  return [
+    `from global step ${off.global_step} the recompilation guard ran ` +
+      `XLA's program for the ${off.kept_shapes} shapes it compiled and ` +
+      `new shapes without XLA: ${storm}`,
+    `${side(off.xla_steps, off.xla_seconds, "ran XLA")}, ` +
+      side(off.plain_steps, off.plain_seconds, "without XLA"),
+  ].join("\n");
 }
 
 function markerLabel(m) {
