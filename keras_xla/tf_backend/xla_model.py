@@ -17,6 +17,7 @@ micro-batches inside one compiled step.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import keras
@@ -193,7 +194,7 @@ class XLAModel(keras.Model):
 
     def train_step(self, data):
         x, _, _ = data_adapter_utils.unpack_x_y_sample_weight(data)
-        self._check_divisible(x)
+        check_divisible(x, self.accumulation_steps)
         if self._single_replica():
             # One device: compile the whole step, optimizer included, as
             # Keras does; nothing needs to cross devices.
@@ -255,18 +256,12 @@ class XLAModel(keras.Model):
         key = (function, bool(self.jit_compile))
         fn = self._compiled_steps.get(key)
         if fn is None:
-            probed = with_probe(lambda: self._probe(function), body)
+            probed = with_probe(lambda: probe_of(self, function), body)
+            fn = probed
             if self.jit_compile:
-                fn = tf.function(
-                    probed, jit_compile=True, reduce_retracing=True
-                )
-            else:
-                fn = probed
+                fn = tf.function(fn, jit_compile=True, reduce_retracing=True)
             self._compiled_steps[key] = fn
         return fn
-
-    def _probe(self, function: str):
-        return probe_of(self, function)
 
     def _forward(self, data, training: bool = False):
         x, y, sample_weight = data_adapter_utils.unpack_x_y_sample_weight(data)
@@ -283,16 +278,15 @@ class XLAModel(keras.Model):
     def _forward_backward(self, data):
         if self.accumulation_steps == 1:
             return self._loss_and_grads(data)
-        return self._accumulate(data)
+        return accumulate_gradients(
+            self._loss_and_grads, data, self.accumulation_steps
+        )
 
     def _loss_and_grads(self, data):
         with tf.GradientTape() as tape:
             loss, y_pred = self._forward(data, training=True)
-            scaled = (
-                self.optimizer.scale_loss(loss)
-                if self.optimizer is not None
-                else loss
-            )
+            optimizer = self.optimizer
+            scaled = loss if optimizer is None else optimizer.scale_loss(loss)
         # Read after the call: a subclassed model builds its weights there.
         weights = self.trainable_weights
         grads = tape.gradient(scaled, weights) if weights else []
@@ -302,14 +296,6 @@ class XLAModel(keras.Model):
         if self._call_has_training_arg:
             return self(x, training=training)
         return self(x)
-
-    def _accumulate(self, data):
-        return accumulate_gradients(
-            self._loss_and_grads, data, self.accumulation_steps
-        )
-
-    def _check_divisible(self, x) -> None:
-        check_divisible(x, self.accumulation_steps)
 
 
 _FUNCTIONAL_VARIANTS: dict[type, type] = {}
@@ -336,14 +322,10 @@ def _functional_variant(cls: type) -> type:
     return variant
 
 
-class _outer_jit_off:
-    def __init__(self, model):
-        self.model = model
-
-    def __enter__(self):
-        self.saved = self.model._jit_compile
-        self.model._jit_compile = False
-
-    def __exit__(self, *exc):
-        self.model._jit_compile = self.saved
-        return False
+@contextlib.contextmanager
+def _outer_jit_off(model):
+    saved, model._jit_compile = model._jit_compile, False
+    try:
+        yield
+    finally:
+        model._jit_compile = saved
