@@ -14,6 +14,7 @@ exact signature of every step that ran, also with
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -111,9 +112,11 @@ class ShapeProbe:
         self.waits: list[float | None] = []
         replicas = getattr(strategy, "num_replicas_in_sync", 1)
         self._strategy = strategy if replicas > 1 else None
-        with tf.init_scope(), _scope(self._strategy):
+        strategy = self._strategy
+        scope = strategy.scope if strategy else contextlib.nullcontext
+        with tf.init_scope(), scope():
             kwargs = {}
-            if self._strategy is not None:
+            if strategy is not None:
                 kwargs = dict(
                     synchronization=tf.VariableSynchronization.ON_READ,
                     aggregation=tf.VariableAggregation.NONE,
@@ -312,11 +315,3 @@ def install_probe(model: Any, function: str, holder: dict) -> None:
     probed_step.__wrapped__ = current
     # Bypass Keras's attribute tracking: this is a plain function.
     object.__setattr__(model, attr, probed_step)
-
-
-def _scope(strategy):
-    import contextlib
-
-    return (
-        strategy.scope() if strategy is not None else (contextlib.nullcontext())
-    )
