@@ -24,7 +24,8 @@ class ModelState:
         self.policy = model.dtype_policy
         self.optimizer = getattr(model, "optimizer", None)
         self.jit = model.jit_compile
-        self.set_jit = _clustering()
+        # Whether auto-clustering is on (`set_jit`); None off TensorFlow.
+        self.set_jit = backends.auto_clustering()
 
     def restore(self, model: Any) -> None:
         for layer, policy in self.layers:
@@ -38,13 +39,10 @@ class ModelState:
             if "optimizer" in (getattr(config, "config", None) or {}):
                 config.config["optimizer"] = self.optimizer
         xla_setting.set_xla(model, self.jit)
-        if self.set_jit is not None and self.set_jit != _clustering():
+        if self.set_jit is not None and (
+            self.set_jit != backends.auto_clustering()
+        ):
             backends.set_auto_clustering(self.set_jit)
-
-
-def _clustering() -> bool | None:
-    """Whether auto-clustering is on (`set_jit`); None off TensorFlow."""
-    return backends.auto_clustering()
 
 
 def plan_candidates(

@@ -192,11 +192,9 @@ def budget_steps(budget: Any, epoch_steps: int | None) -> int | None:
 
 
 def validate_budget(budget: Any) -> None:
-    ok = (isinstance(budget, int) and not isinstance(budget, bool)) and (
-        budget >= 1
-    )
-    ok = ok or (isinstance(budget, float) and 0.0 < budget <= 1.0)
-    if not ok:
+    steps = isinstance(budget, int) and not isinstance(budget, bool)
+    share = isinstance(budget, float) and 0.0 < budget <= 1.0
+    if not (share or (steps and budget >= 1)):
         raise ValueError(
             f"Unsupported value `XLATuner(trial_budget={budget!r})`: pass a "
             "fraction of the first epoch in (0, 1] (e.g. 0.25) or a number "
@@ -291,9 +289,8 @@ def trial_plan(
             "explicitly.",
         )
     run = epoch_steps * (epochs or 1) if epoch_steps else None
-    return TrialPlan(
-        calls, rounds, bool(epoch_steps) and steps > epoch_steps, run
-    )
+    spans = bool(epoch_steps) and steps > epoch_steps
+    return TrialPlan(calls, rounds, spans, run)
 
 
 @dataclasses.dataclass(frozen=True)

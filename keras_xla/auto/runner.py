@@ -166,15 +166,10 @@ def plan(
         state.restore(model)
         return Decided(dataclasses.replace(decision, status=Status.REUSED))
     if len(candidates) == 1:
-        configure(model, original, candidates[0])
-        return Decided(
-            Decision(
-                Status.SINGLE,
-                candidates[0].name,
-                "nothing else to try",
-                rows,
-            )
-        )
+        only = candidates[0]
+        configure(model, original, only)
+        single = Decision(Status.SINGLE, only.name, "nothing else to try", rows)
+        return Decided(single)
     spe = request.steps_per_call
     plan = policy.trial_plan(
         request.budget,
@@ -376,9 +371,8 @@ class TrialRunner:
         found = trial.speedup_range(no_xla, self.keep, steady=True)
         if found is not None and trial_lib.range_useful(*found, trial.tunables):
             return False
-        if trial.position + len(trial.candidates) * trial.window_calls > (
-            self.extend_to
-        ):
+        calls = trial.position + len(trial.candidates) * trial.window_calls
+        if calls > self.extend_to:
             return False
         trial.extend()
         return True
@@ -438,15 +432,9 @@ class TrialRunner:
             return self._finish_recalled(model)
         winner, decision = self.trial.decide()
         if winner is None:
-            return self.settle(
-                model,
-                None,
-                decision,
-                (
-                    f"it ended with {decision.reason}",
-                    "Raise `trial_budget`, or give the first epoch more steps.",
-                ),
-            )
+            problem = f"it ended with {decision.reason}"
+            fix = "Raise `trial_budget`, or give the first epoch more steps."
+            return self.settle(model, None, decision, (problem, fix))
         # A winner of a run too short to try XLA holds for runs up to
         # this one's length only: a longer run must try XLA again.
         short = any(

@@ -216,9 +216,7 @@ class Trial:
     def extend(self) -> None:
         """One more round of windows, in the first round's order (the
         windows are too few for a useful range)."""
-        n = len(self.candidates)
-        first = self.plan[: n * self.window_calls]
-        self.plan += first
+        self.plan += self.plan[: len(self.candidates) * self.window_calls]
         self._rounds += 1
 
     @property
@@ -473,14 +471,8 @@ def beyond_winner(
     excess = {c: t or 0.0 for c, t in first_calls.items()}
     opening = next(iter(excess))
     own = excess.get(winner, 0.0)
-    twin_trace = max(
-        (
-            traced[c]
-            for c in excess
-            if c != winner and c.policy == winner.policy
-        ),
-        default=0.0,
-    )
+    twins = [c for c in excess if c != winner and c.policy == winner.policy]
+    twin_trace = max((traced[c] for c in twins), default=0.0)
     shared = winner in traced and not traced[winner]
     if winner != opening and shared and twin_trace:
         alone = max(excess[opening], twin_trace + own)
