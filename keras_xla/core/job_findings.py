@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Iterator
 from typing import Any
 
 from keras_xla.core import findings as codes
@@ -148,15 +149,14 @@ def _wait_text(waits: dict[int, list], seconds: float) -> tuple[float, str]:
     )
 
 
-def _compiled_alone(reports: dict[int, XLAReport]) -> list[dict]:
+def _compiled_alone(reports: dict[int, XLAReport]) -> Iterator[dict]:
     """A worker's compilations that no other worker made, with the
     seconds the others waited for them: measured where every other
     worker's step there stood out unexplained (its own spike), else
     the compilation's seconds for each."""
     if len(reports) < 2:
-        return []
+        return
     compiled = {i: _signatures(r) for i, r in reports.items()}
-    found = []
     for index, signatures in sorted(compiled.items()):
         elsewhere = set().union(*(s for i, s in compiled.items() if i != index))
         for (function, shapes), at in signatures.items():
@@ -166,21 +166,18 @@ def _compiled_alone(reports: dict[int, XLAReport]) -> list[dict]:
             seconds = sum(c.compile_seconds for c in at)
             waits = {i: _waits(r, at) for i, r in reports.items() if i != index}
             waited, wait = _wait_text(waits, seconds)
-            found.append(
-                _finding(
-                    codes.WORKER_COMPILED_ALONE,
-                    index,
-                    f"Worker {index} compiled {function} for "
-                    f"{_shapes(json.loads(shapes))}{why[0]}, which no other "
-                    f"worker did: {wait}.",
-                    why[1]
-                    or "Give every worker the same shapes: shards of equal "
-                    "size (`drop_remainder=True`, or pad the last batch: "
-                    "`keras_xla.data.pad_batches`).",
-                    waited,
-                )
+            yield _finding(
+                codes.WORKER_COMPILED_ALONE,
+                index,
+                f"Worker {index} compiled {function} for "
+                f"{_shapes(json.loads(shapes))}{why[0]}, which no other "
+                f"worker did: {wait}.",
+                why[1]
+                or "Give every worker the same shapes: shards of equal "
+                "size (`drop_remainder=True`, or pad the last batch: "
+                "`keras_xla.data.pad_batches`).",
+                waited,
             )
-    return found
 
 
 def _cause(report: XLAReport, function: str, shapes: dict) -> tuple[str, str]:
@@ -200,11 +197,10 @@ def _cause(report: XLAReport, function: str, shapes: dict) -> tuple[str, str]:
     return "", ""
 
 
-def _programs_differ(reports: dict[int, XLAReport]) -> list[dict]:
+def _programs_differ(reports: dict[int, XLAReport]) -> Iterator[dict]:
     """Steps at which a worker compiled another program than the first
     worker that compiled the same step (by their HLO fingerprints)."""
     first: dict[tuple, tuple[int, object]] = {}
-    found = []
     for index in sorted(reports):
         for c in reports[index].compile_log:
             if not c.fingerprint:
@@ -217,23 +213,20 @@ def _programs_differ(reports: dict[int, XLAReport]) -> list[dict]:
             if theirs.fingerprint == c.fingerprint:
                 continue
             difference = _first_difference(reports, {other: theirs, index: c})
-            found.append(
-                _finding(
-                    codes.WORKER_PROGRAM_DIFFERS,
-                    index,
-                    f"At {c.function} step {c.step} of epoch {c.epoch}, "
-                    f"worker {index} compiled another program than worker "
-                    f"{other} (HLO fingerprints {c.fingerprint} and "
-                    f"{theirs.fingerprint}): {difference}. Workers whose "
-                    "programs differ for one step can hang at their "
-                    "collectives.",
-                    "Run the same code, package versions, dtype policy and "
-                    "XLA flags on every worker, with inputs of the same "
-                    "shapes and dtypes at each step.",
-                    c.compile_seconds,
-                )
+            yield _finding(
+                codes.WORKER_PROGRAM_DIFFERS,
+                index,
+                f"At {c.function} step {c.step} of epoch {c.epoch}, "
+                f"worker {index} compiled another program than worker "
+                f"{other} (HLO fingerprints {c.fingerprint} and "
+                f"{theirs.fingerprint}): {difference}. Workers whose "
+                "programs differ for one step can hang at their "
+                "collectives.",
+                "Run the same code, package versions, dtype policy and "
+                "XLA flags on every worker, with inputs of the same "
+                "shapes and dtypes at each step.",
+                c.compile_seconds,
             )
-    return found
 
 
 # The settings of a worker's report that change the program it compiles.
@@ -280,31 +273,24 @@ def _shapes(shapes: dict) -> str:
     return ", ".join(f"`{path}` {shape}" for path, shape in shapes.items())
 
 
-def _stragglers(rows: list) -> list[dict]:
+def _stragglers(rows: list) -> Iterator[dict]:
     timed = [r for r in rows if r.step_ms is not None]
-    found = []
     for row in timed:
         others = [r.step_ms for r in timed if r is not row]
         if not others:
             continue
         pace = statistics.median(others)
-        if (
-            row.step_ms >= STRAGGLER_RATIO * pace
-            and row.step_ms - pace >= STRAGGLER_MIN_MS
-        ):
-            lost = (row.step_ms - pace) / 1000.0 * row.train_steps
-            found.append(
-                _finding(
-                    codes.STRAGGLER,
-                    row.index,
-                    f"Worker {row.index}'s steady step takes "
-                    f"{row.step_ms:.2f} ms against the others' "
-                    f"{pace:.2f} ms: the job steps at its pace.",
-                    "Look at that worker's machine (another process, a "
-                    "slower device, its input pipeline: its report's "
-                    "`input-bound`), or give it a smaller share of the "
-                    "data.",
-                    lost,
-                )
-            )
-    return found
+        if row.step_ms < STRAGGLER_RATIO * pace:
+            continue
+        if row.step_ms - pace < STRAGGLER_MIN_MS:
+            continue
+        yield _finding(
+            codes.STRAGGLER,
+            row.index,
+            f"Worker {row.index}'s steady step takes {row.step_ms:.2f} ms "
+            f"against the others' {pace:.2f} ms: the job steps at its pace.",
+            "Look at that worker's machine (another process, a slower "
+            "device, its input pipeline: its report's `input-bound`), or "
+            "give it a smaller share of the data.",
+            (row.step_ms - pace) / 1000.0 * row.train_steps,
+        )
