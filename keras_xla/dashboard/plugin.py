@@ -75,8 +75,7 @@ class XLAPlugin(base_plugin.TBPlugin):
     def _serve_static(self, request):
         prefix = f"/data/plugin/{self.plugin_name}/static/"
         path = request.path
-        name = path[path.index(prefix) + len(prefix) :]
-        return self._static(request, name)
+        return self._static(request, path[path.index(prefix) + len(prefix) :])
 
     def _static(self, request, name: str):
         path = static_path(name)
@@ -94,11 +93,9 @@ class XLAPlugin(base_plugin.TBPlugin):
     def _latest(self, request, tag: str, runs=None) -> dict[str, str]:
         """`{run: text}`: the latest (by wall time) string tensor `tag`
         of each run, or of `runs`."""
-        ctx = plugin_util.context(request.environ)
-        eid = plugin_util.experiment_id(request.environ)
         found = self._data_provider.read_tensors(
-            ctx,
-            experiment_id=eid,
+            plugin_util.context(request.environ),
+            experiment_id=plugin_util.experiment_id(request.environ),
             plugin_name=metadata.PLUGIN_NAME,
             downsample=MAX_REPORTS,
             run_tag_filter=provider.RunTagFilter(runs=runs, tags=[tag]),
@@ -114,21 +111,14 @@ class XLAPlugin(base_plugin.TBPlugin):
     def _reports(self, request, runs=None) -> dict:
         """`{run: XLAReport}`: the latest report of each run, or of
         `runs`."""
-        reports = {}
-        for run, text in self._latest(
-            request, metadata.REPORT_TAG, runs
-        ).items():
-            report = views.parse_report(text)
-            if report is not None:
-                reports[run] = report
-        return reports
+        texts = self._latest(request, metadata.REPORT_TAG, runs)
+        reports = {run: views.parse_report(text) for run, text in texts.items()}
+        return {run: r for run, r in reports.items() if r is not None}
 
     def _step_times(self, request, run: str) -> list[tuple[int, float]]:
-        ctx = plugin_util.context(request.environ)
-        eid = plugin_util.experiment_id(request.environ)
         found = self._data_provider.read_scalars(
-            ctx,
-            experiment_id=eid,
+            plugin_util.context(request.environ),
+            experiment_id=plugin_util.experiment_id(request.environ),
             plugin_name="scalars",
             downsample=MAX_STEP_POINTS,
             run_tag_filter=provider.RunTagFilter(
