@@ -17,7 +17,6 @@ from keras_xla.core.summaries import (
     STEP_TIME_TAG,
     summary_metadata,
 )
-from keras_xla.core.summaries import REPORT_CONTENT as CONTENT
 
 TAB_NAME = "XLA"
 __all__ = [
@@ -26,7 +25,6 @@ __all__ = [
     "JOB_TAG",
     "COMPARE_TAG",
     "STEP_TIME_TAG",
-    "CONTENT",
     "TAB_NAME",
     "summary_metadata",
 ]
