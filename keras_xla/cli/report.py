@@ -105,9 +105,8 @@ def _job_dir(path: str) -> bool:
         return False
     if os.path.isfile(os.path.join(path, job_lib.JOB_FILENAME)):
         return True
-    return not os.path.isfile(
-        os.path.join(path, REPORT_FILENAME)
-    ) and os.path.isdir(os.path.join(path, workers.WORKERS_DIR))
+    own = os.path.isfile(os.path.join(path, REPORT_FILENAME))
+    return not own and os.path.isdir(os.path.join(path, workers.WORKERS_DIR))
 
 
 def _job_of_dir(path: str) -> job_lib.JobReport:
