@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -119,7 +120,7 @@ class EventWriter:
         if values:
             self._write(step, values)
 
-    def write_step_times(self, points: list[tuple[int, float]]) -> None:
+    def write_step_times(self, points: Iterable[tuple[int, float]]) -> None:
         """`STEP_TIME_TAG` at each `(global step, ms)`, in one go."""
         meta = self._scalar_metadata()
         for step, value in points:
@@ -192,10 +193,8 @@ def write_epoch(
     flushes."""
     writer.write_scalars(stats.epoch, epoch_scalars(stats, report.hlo))
     writer.write_step_times(
-        [
-            (first_step + r.first_step, r.seconds_per_step * 1000.0)
-            for r in records
-        ]
+        (first_step + r.first_step, r.seconds_per_step * 1000.0)
+        for r in records
     )
     text = render.findings_markdown(report.findings)
     writer.write_text_if_changed(stats.epoch, FINDINGS_TAG, text)
