@@ -31,13 +31,6 @@ from keras_xla.core.report import Finding
 
 logger = logging.getLogger(__name__)
 
-# Finding codes.
-POLICY_SET_AFTER_BUILD = codes.POLICY_SET_AFTER_BUILD
-LOW_PRECISION_OUTPUT = codes.LOW_PRECISION_OUTPUT
-MISSING_LOSS_SCALE = codes.MISSING_LOSS_SCALE
-FLOAT16_ON_CPU = codes.FLOAT16_ON_CPU
-BF16_WITHOUT_HARDWARE_SUPPORT = codes.BF16_WITHOUT_HARDWARE_SUPPORT
-
 LOW_PRECISION_DTYPES = ("float16", "bfloat16")
 APPLY_CALL = (
     "`keras_xla.precision.apply_policy(model, {!r})` and then "
@@ -51,8 +44,7 @@ class PrecisionFinding(Finding):
 
 
 def recommend_policy(
-    devices: Iterable[Any] | None = None,
-    cpu_flags: Iterable[str] | None = None,
+    devices: Iterable[Any] | None = None, cpu_flags: Iterable[str] | None = None
 ) -> tuple[str, str]:
     """The mixed-precision policy this hardware runs best, and why.
 
@@ -233,7 +225,7 @@ def check_precision(
     stale = [x for x in followers if x.compute_dtype != now.compute_dtype]
     if now.compute_dtype in LOW_PRECISION_DTYPES and stale:
         add(
-            POLICY_SET_AFTER_BUILD,
+            codes.POLICY_SET_AFTER_BUILD,
             f"The global dtype policy is {now.name!r}, but model "
             f"{model.name!r} runs under {model.dtype_policy.name!r}: "
             f"{_names(stale)} compute in {stale[0].compute_dtype} (a layer "
@@ -243,7 +235,7 @@ def check_precision(
     low_out = _computing(output_layers(model), LOW_PRECISION_DTYPES)
     if low_out:
         add(
-            LOW_PRECISION_OUTPUT,
+            codes.LOW_PRECISION_OUTPUT,
             f"Output {_names(low_out)} compute in "
             f"{low_out[0].compute_dtype}: the loss and metrics see it.",
             "Give the output layers `dtype='float32'`, or call "
@@ -254,7 +246,7 @@ def check_precision(
     optimizer = getattr(model, "optimizer", None)
     if fp16 and optimizer is not None and not _scales_loss(optimizer):
         add(
-            MISSING_LOSS_SCALE,
+            codes.MISSING_LOSS_SCALE,
             f"The {_names(fp16)} compute in float16 without loss "
             "scaling: small gradients underflow to zero.",
             "Wrap the optimizer in `keras.optimizers.LossScaleOptimizer`, "
@@ -262,7 +254,7 @@ def check_precision(
         )
     if fp16 and not kinds & {"GPU", "TPU"}:
         add(
-            FLOAT16_ON_CPU,
+            codes.FLOAT16_ON_CPU,
             f"The {_names(fp16)} compute in float16 without a GPU: the CPU "
             "emulates float16, slower than float32.",
             f"Call {best} (the `recommend_policy()` for this machine).",
@@ -270,7 +262,7 @@ def check_precision(
     bf16 = _computing(layers, ("bfloat16",))
     if bf16 and _bf16_unsupported(infos, flags):
         add(
-            BF16_WITHOUT_HARDWARE_SUPPORT,
+            codes.BF16_WITHOUT_HARDWARE_SUPPORT,
             f"The {_names(bf16)} compute in bfloat16, which this "
             f"{'GPU' if 'GPU' in kinds else 'CPU'} emulates (native on TPU, "
             "GPU 8.0+, CPU with avx512_bf16/amx_bf16).",
