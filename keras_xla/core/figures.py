@@ -366,14 +366,8 @@ def scalars(stats: Any, hlo: dict | None = None) -> dict[str, float]:
     """The epoch's `xla/*` scalars: each tagged figure that has a value
     (one not measured here, such as the HLO's before its analysis, or
     JAX's dispatch on TensorFlow, is left out)."""
-    found = {}
-    for figure in FIGURES:
-        if figure.tag is None:
-            continue
-        value = figure.value(stats, hlo)
-        if value is not None:
-            found[figure.tag] = value
-    return found
+    values = {f.tag: f.value(stats, hlo) for f in FIGURES if f.tag}
+    return {tag: value for tag, value in values.items() if value is not None}
 
 
 def cell(figure: Figure, value: float | None) -> str:
