@@ -40,12 +40,10 @@ class EventFile:
             f"events.out.tfevents.{int(time.time()):010d}."
             f"{socket.gethostname()}.{os.getpid()}.{next(_FILES)}"
         )
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-        fd = os.open(
-            os.path.join(run_dir, name),
-            flags | getattr(os, "O_NOFOLLOW", 0),
-            0o644,
+        flags = (
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
         )
+        fd = os.open(os.path.join(run_dir, name), flags, 0o644)
         self._records = RecordWriter(open(fd, "wb"))
         self.add_event(
             event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2")
