@@ -38,10 +38,7 @@ from typing import Any
 from keras_xla.core import verdict as verdicts
 from keras_xla.core.report import XLAReport
 
-AXES = {
-    "backend": ("tensorflow", "jax"),
-    "jit": ("on", "off", "auto"),
-}
+AXES = {"backend": ("tensorflow", "jax"), "jit": ("on", "off", "auto")}
 JIT_FLAG = {"on": "true", "off": "false", "auto": "auto"}
 BACKEND_NAMES = {"tensorflow": "TensorFlow", "jax": "JAX"}
 JIT_NAMES = {"on": "with XLA", "off": "without XLA", "auto": "XLA auto"}

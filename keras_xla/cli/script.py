@@ -232,10 +232,7 @@ class _KerasFinder(importlib.abc.MetaPathFinder):
 
 
 def execute(
-    target: str,
-    args: Sequence[str],
-    hook: FitHook,
-    module: bool = False,
+    target: str, args: Sequence[str], hook: FitHook, module: bool = False
 ) -> ScriptResult:
     """Runs the script at `target` (a module's name with `module`) as
     `__main__` with `args` as its arguments, `hook` installed; returns

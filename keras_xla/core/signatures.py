@@ -147,8 +147,7 @@ def primary_changes(changes: list[ShapeChange]) -> list[ShapeChange]:
     findings name (the full list stays in the recompilation)."""
     order = [PARTIAL_BATCH, BATCH_SIZE]
     ranked = sorted(
-        changes,
-        key=lambda c: order.index(c.cause) if c.cause in order else 2,
+        changes, key=lambda c: order.index(c.cause) if c.cause in order else 2
     )
     seen, out = set(), []
     for c in ranked:
@@ -289,9 +288,7 @@ def fix_for(change: ShapeChange) -> str:
 
 
 def describe(
-    change: ShapeChange,
-    function: str,
-    changes: list[ShapeChange] | None = None,
+    change: ShapeChange, function: str, changes: list[ShapeChange] | None = None
 ) -> str:
     """One sentence naming the function, input, dimension(s) and shapes.
 

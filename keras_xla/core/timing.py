@@ -197,9 +197,7 @@ def run_statistics(
 
 
 def estimate_compile_seconds(
-    record: StepRecord,
-    median_seconds: float | None,
-    graph_seconds: float = 0.0,
+    record: StepRecord, median_seconds: float | None, graph_seconds: float = 0.0
 ) -> float:
     """Compile seconds of one compiled call, shared by its compilations.
 
