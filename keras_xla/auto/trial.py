@@ -261,24 +261,19 @@ class Trial:
     def decide(self) -> tuple[Candidate | None, Decision]:
         """The winner (None when the trial could not decide) and the
         report's `decision` section."""
-        rows = []
-        medians = {}
+        rows, medians = [], {}
         for c in self.candidates:
             times = self._seconds[c]
             median = statistics.median(times) if len(times) >= 2 else None
-            medians[c] = median
-            compile_s = self.first_call_excess(c)
-            row = candidate_row(c, len(times), ms(median), compile_s)
+            medians[c], excess = median, self.first_call_excess(c)
+            row = candidate_row(c, len(times), ms(median), excess)
             row.dropped_after_steps = self.dropped.get(c)
             row.dropped_because = self.dropped_because.get(c)
             rows.append(row)
         measured = [c for c in self.candidates if medians[c] is not None]
         # A candidate dropped on a prediction has no timing, and needs none.
-        unmeasured = [
-            c
-            for c in self.candidates
-            if medians[c] is None and c not in self.dropped
-        ]
+        live = [c for c in self.candidates if c not in self.dropped]
+        unmeasured = [c for c in live if medians[c] is None]
         decision = Decision(
             status=Status.SKIPPED,
             winner=None,
