@@ -20,7 +20,7 @@ import os
 import time
 from typing import Any
 
-from keras_xla.core import findings
+from keras_xla.core import files, findings
 from keras_xla.core.figures import rounded
 from keras_xla.core.report import HloSection
 from keras_xla.core.signatures import Signature
@@ -103,11 +103,9 @@ def analyze_train_step(
                 written = _write(os.path.join(log_dir, HLO_MODULE), optimized)
         cache[signature.tensors] = result
     result = cache[signature.tensors]
-    achieved = (
-        flops_lib.achieved_flops(result, median_ms / 1000.0)
-        if median_ms
-        else None
-    )
+    achieved = None
+    if median_ms:
+        achieved = flops_lib.achieved_flops(result, median_ms / 1000.0)
     dtype = getattr(model.dtype_policy, "compute_dtype", "float32")
     peak = peak_flops
     if peak == "measure":
@@ -240,8 +238,6 @@ def _takes_inputs(path: str, shapes) -> bool:
 def _write(path: str, data: bytes) -> str:
     # Whole or not at all, never through a link; after the report JSON
     # when a fit's outputs defer it (`core.files.write_later`).
-    from keras_xla.core import files
-
     return files.write_later(path, data)
 
 
