@@ -22,6 +22,7 @@ nothing behind and costs the cache, never a step.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -109,11 +110,9 @@ def set_aside(directory: str) -> list[str]:
     (a file that cannot be renamed is left, and not listed)."""
     moved = []
     for path in corrupt_entries(directory):
-        try:
+        with contextlib.suppress(OSError):
             os.replace(path, path + CORRUPT_SUFFIX)
-        except OSError:
-            continue
-        moved.append(os.path.basename(path))
+            moved.append(os.path.basename(path))
     return moved
 
 
@@ -204,9 +203,7 @@ def _write_entry(directory: str, name: str, data: bytes) -> str | None:
             os.fsync(f.fileno())
         os.replace(partial, os.path.join(directory, name))
     except OSError as error:
-        try:
+        with contextlib.suppress(OSError):
             os.remove(partial)
-        except OSError:
-            pass
         return f"writing {name} failed ({error.strerror or error})"
     return None

@@ -33,6 +33,7 @@ writes there, and fails a step it cannot write.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import os
 import shutil
@@ -58,11 +59,9 @@ def clear_compile_cache(directory: str) -> int:
     """Deletes the cache's entries; returns how many were removed."""
     removed = 0
     for name in cache_entries(directory):
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.remove(os.path.join(directory, name))
             removed += 1
-        except FileNotFoundError:
-            continue
     return removed
 
 
@@ -236,10 +235,8 @@ def _canary_writes_entry(directory: str) -> bool:
         canary(tf.zeros([size], tf.float32)).numpy()
     new = set(cache_entries(directory)) - before
     for name in new:
-        try:
+        with contextlib.suppress(OSError):
             os.remove(os.path.join(directory, name))
-        except OSError:
-            pass
     return bool(new)
 
 

@@ -33,6 +33,7 @@ step call ends).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fnmatch
 import glob
@@ -282,10 +283,8 @@ def entries(directory: str) -> dict[str, float]:
         return {_path(directory, n): now for n in _children(directory)}
     out = {}
     for path in glob.glob(os.path.join(glob.escape(directory), ENTRY_PATTERN)):
-        try:
+        with contextlib.suppress(OSError):  # removed meanwhile
             out[path] = os.lstat(path).st_mtime
-        except OSError:
-            continue  # removed meanwhile
     return out
 
 
