@@ -14,6 +14,7 @@ Pure logic: nothing here imports TensorFlow, Keras or JAX.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -101,10 +102,8 @@ def read_workers(log_dir: str) -> dict[int, XLAReport]:
         if not name.isdigit():
             continue
         path = os.path.join(root, name, REPORT_FILENAME)
-        try:
+        with contextlib.suppress(OSError, ValueError):
             found[int(name)] = XLAReport.load(path)
-        except (OSError, ValueError):
-            continue
     return found
 
 
