@@ -28,6 +28,15 @@ libs = [os.path.join(lib, f[3:])
 sys.stdout.write(json.dumps(libs) + "\\n")
 sys.stdout.flush()
 tf.function(jit_compile=True)(lambda x: x * 2.0)(tf.constant(1.0))"""
+
+
+def _by_type(**names: str) -> dict[str, str]:
+    """`{flag: parser type}` from each type's flags, space-separated."""
+    return {
+        flag: kind for kind, flags in names.items() for flag in flags.split()
+    }
+
+
 # The flags people set most, with their parser types (as TensorFlow 2.21
 # prints them; `tests/test_flags.py` checks each against the installed
 # TensorFlow's table). Only flags that have kept their name and type for
@@ -35,49 +44,29 @@ tf.function(jit_compile=True)(lambda x: x * 2.0)(tf.constant(1.0))"""
 # A variable whose flags are all here is checked at import without the
 # probe (seconds); where TensorFlow cannot be asked, this is the table.
 WELL_KNOWN: dict[str, dict[str, str]] = {
-    "TF_XLA_FLAGS": {
-        "tf_mlir_enable_mlir_bridge": "bool",
-        "tf_xla_always_defer_compilation": "bool",
-        "tf_xla_async_compilation": "bool",
-        "tf_xla_auto_jit": "string",
-        "tf_xla_cluster_exclude_ops": "string",
-        "tf_xla_clustering_debug": "bool",
-        "tf_xla_compile_on_demand": "bool",
-        "tf_xla_cpu_global_jit": "bool",
-        "tf_xla_deterministic_cluster_names": "bool",
-        "tf_xla_enable_lazy_compilation": "bool",
-        "tf_xla_enable_xla_devices": "bool",
-        "tf_xla_max_cluster_size": "int32",
-        "tf_xla_min_cluster_size": "int32",
-        "tf_xla_ops_to_cluster": "string",
-        "tf_xla_persistent_cache_device_types": "string",
-        "tf_xla_persistent_cache_directory": "string",
-        "tf_xla_persistent_cache_prefix": "string",
-        "tf_xla_persistent_cache_read_only": "bool",
-    },
-    "XLA_FLAGS": {
-        "xla_backend_optimization_level": "int32",
-        "xla_cpu_enable_fast_math": "bool",
-        "xla_cpu_multi_thread_eigen": "bool",
-        "xla_disable_hlo_passes": "string",
-        "xla_dump_fusion_visualization": "bool",
-        "xla_dump_hlo_as_dot": "bool",
-        "xla_dump_hlo_as_html": "bool",
-        "xla_dump_hlo_as_proto": "bool",
-        "xla_dump_hlo_as_text": "bool",
-        "xla_dump_hlo_module_re": "string",
-        "xla_dump_hlo_pass_re": "string",
-        "xla_dump_include_timestamp": "bool",
-        "xla_dump_large_constants": "bool",
-        "xla_dump_max_hlo_modules": "int32",
-        "xla_dump_to": "string",
-        "xla_force_host_platform_device_count": "int32",
-        "xla_gpu_autotune_level": "int32",
-        "xla_gpu_cuda_data_dir": "string",
-        "xla_gpu_strict_conv_algorithm_picker": "bool",
-        "xla_hlo_profile": "bool",
-        "xla_llvm_disable_expensive_passes": "bool",
-    },
+    "TF_XLA_FLAGS": _by_type(
+        bool="tf_mlir_enable_mlir_bridge tf_xla_always_defer_compilation"
+        " tf_xla_async_compilation tf_xla_clustering_debug"
+        " tf_xla_compile_on_demand tf_xla_cpu_global_jit"
+        " tf_xla_deterministic_cluster_names tf_xla_enable_lazy_compilation"
+        " tf_xla_enable_xla_devices tf_xla_persistent_cache_read_only",
+        string="tf_xla_auto_jit tf_xla_cluster_exclude_ops"
+        " tf_xla_ops_to_cluster tf_xla_persistent_cache_device_types"
+        " tf_xla_persistent_cache_directory tf_xla_persistent_cache_prefix",
+        int32="tf_xla_max_cluster_size tf_xla_min_cluster_size",
+    ),
+    "XLA_FLAGS": _by_type(
+        int32="xla_backend_optimization_level xla_dump_max_hlo_modules"
+        " xla_force_host_platform_device_count xla_gpu_autotune_level",
+        bool="xla_cpu_enable_fast_math xla_cpu_multi_thread_eigen"
+        " xla_dump_fusion_visualization xla_dump_hlo_as_dot"
+        " xla_dump_hlo_as_html xla_dump_hlo_as_proto xla_dump_hlo_as_text"
+        " xla_dump_include_timestamp xla_dump_large_constants"
+        " xla_gpu_strict_conv_algorithm_picker xla_hlo_profile"
+        " xla_llvm_disable_expensive_passes",
+        string="xla_disable_hlo_passes xla_dump_hlo_module_re"
+        " xla_dump_hlo_pass_re xla_dump_to xla_gpu_cuda_data_dir",
+    ),
 }
 
 
