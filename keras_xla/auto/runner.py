@@ -535,13 +535,6 @@ class TrialRunner:
         return Measured(section)
 
 
-def skipped(decision: Decision, problem: str, fix: str) -> Decided:
-    """The `Decided` of a trial that could not decide: `decision` says
-    why (`problem`), and the finding says how to make room (`fix`)."""
-    decision.reason = f"The XLA/precision trial was skipped: {problem}."
-    return Decided(decision, skipped=(decision.reason, fix))
-
-
 def as_compiled(model, original: ModelState, xla_possible: bool) -> None:
     """The model as it was compiled (`original`), XLA where possible."""
     original.restore(model)
@@ -549,6 +542,8 @@ def as_compiled(model, original: ModelState, xla_possible: bool) -> None:
 
 
 def _fall_back(model, original, xla_possible, decision, problem, fix):
-    """No decision: the model trains as it was compiled."""
+    """No decision: the model trains as it was compiled; `decision` says
+    why (`problem`), and the finding says how to make room (`fix`)."""
     as_compiled(model, original, xla_possible)
-    return skipped(decision, problem, fix)
+    decision.reason = f"The XLA/precision trial was skipped: {problem}."
+    return Decided(decision, skipped=(decision.reason, fix))
