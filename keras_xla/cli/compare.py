@@ -479,17 +479,11 @@ def twin(configs: list[Configuration], result: dict) -> Configuration | None:
     if not fits:
         return None
     ran = max(fits, key=lambda f: f["steps"])
-    jit = "on" if ran["xla"] else "off"
-    return next(
-        (
-            c
-            for c in configs
-            if not c.default
-            and c.backend in (None, ran["backend"])
-            and c.jit in (None, jit)
-        ),
-        None,
-    )
+    jit, backend = "on" if ran["xla"] else "off", ran["backend"]
+    found = [
+        c for c in configs if not c.default and c.backend in (None, backend)
+    ]
+    return next((c for c in found if c.jit in (None, jit)), None)
 
 
 def passed_options(given: dict, steps: int | None) -> list[str]:
@@ -582,9 +576,7 @@ def main(args, given: dict, target: str, script_args: list) -> int:
     if args.json:
         print(json.dumps(comparison, indent=2))
     else:
-        print("\n".join(table(rows)))
-        print()
-        print(comparison["answer"])
+        print(*table(rows), "", comparison["answer"], sep="\n")
     return 0
 
 
