@@ -44,12 +44,12 @@ def _tuner_source() -> tuple[ast.ClassDef, dict[str, str]]:
         if isinstance(node, ast.ImportFrom) and node.module
         for alias in node.names
     }
-    tuner = next(
-        node
-        for node in tree.body
-        if isinstance(node, ast.ClassDef) and node.name == "XLATuner"
-    )
-    return tuner, imported
+    return _named(tree.body, ast.ClassDef, "XLATuner"), imported
+
+
+def _named(nodes: list[ast.stmt], kind: type, name: str) -> Any:
+    """The first of `nodes` that is a `kind` named `name`."""
+    return next(n for n in nodes if isinstance(n, kind) and n.name == name)
 
 
 def _default(node: ast.expr | None, imported: dict[str, str]) -> Any:
@@ -67,11 +67,7 @@ def _default(node: ast.expr | None, imported: dict[str, str]) -> Any:
 def tuner_parameters() -> dict[str, inspect.Parameter]:
     """XLATuner's arguments (its signature), but the command's own."""
     tuner, imported = _tuner_source()
-    init = next(
-        node
-        for node in tuner.body
-        if isinstance(node, ast.FunctionDef) and node.name == "__init__"
-    )
+    init = _named(tuner.body, ast.FunctionDef, "__init__")
     arguments = init.args.args[1:]  # after self
     defaults = init.args.defaults
     defaults = [None] * (len(arguments) - len(defaults)) + defaults
