@@ -168,9 +168,7 @@ def read(cls: type, data: Any, where: str, skipped: list[str]):
         return None
     data = _renamed(cls, data)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    for key in data:
-        if key not in fields:
-            skipped.append(f"{where}.{key} (unknown)")
+    skipped += [f"{where}.{key} (unknown)" for key in data if key not in fields]
     kwargs = {}
     for name, field in fields.items():
         required = (
