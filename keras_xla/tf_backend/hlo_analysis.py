@@ -144,15 +144,12 @@ def analyze_or_explain(*args, **kwargs) -> tuple[HloSection | None, tuple]:
     try:
         return analyze_train_step(*args, **kwargs), None
     except HloUnavailable as why:
+        fix = why.args[1] if why.args[1:] else ""
         return None, (
             findings.HLO_ANALYSIS_OFF,
             f"The HLO analysis is off in this fit: {why.args[0]}; it never "
             "compiles the step again on its own.",
-            (
-                why.args[1] + " Or pass "
-                if why.args[1:] and why.args[1]
-                else "Pass "
-            )
+            (f"{fix} Or pass " if fix else "Pass ")
             + "XLATuner(analyze_hlo='compile') to pay one more compilation "
             "for it.",
         )
