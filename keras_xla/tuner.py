@@ -145,7 +145,11 @@ class XLATuner(keras.callbacks.Callback):
         on_recompile_storm: What the guard does: `"fallback"` trains the
             rest of the fit without XLA from the next step (no step is
             lost, no shape compiles again; the summary says when, why and
-            the compiling avoided, projected from the storm's rate);
+            the compiling avoided, measured on the rest of the fit);
+            `"per_shape"` keeps running XLA's programs for the shapes it
+            had compiled and runs only new shapes without XLA (one batch
+            per call on one replica; elsewhere it falls back whole and
+            says why; the summary gives the steps and seconds each way);
             `"raise"` raises `XLARecompileStormError` naming the input,
             the dimension and the fix; `"warn"` only warns. Defaults to
             `"fallback"`.

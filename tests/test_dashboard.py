@@ -421,8 +421,21 @@ def test_the_guards_fallback_is_marked_at_its_global_step():
         "dims": [1],
         "projected_compilations": 6.0,
         "projected_seconds": 3.0,
+        "action": "fallback",
+        "kept_shapes": 0,
+        "xla_steps": 0,
+        "xla_seconds": 0.0,
+        "plain_steps": 0,
+        "plain_seconds": 0.0,
     }
     assert views.run_view("r", report, [])["guard"]["global_step"] == 14
+    # Per shape: marked from the same step, with the steps each way.
+    report.guard.action, report.guard.kept_shapes = "per_shape", 10
+    report.guard.xla_steps, report.guard.plain_steps = 5, 1
+    marked = views.guard_fallback(report)
+    assert marked["global_step"] == 14 and marked["action"] == "per_shape"
+    assert (marked["kept_shapes"], marked["xla_steps"]) == (10, 5)
+    assert marked["plain_steps"] == 1
     # Raised or warned: XLA was never turned off, nothing to mark.
     report.guard.action = "warn"
     assert views.guard_fallback(report) is None
