@@ -16,7 +16,7 @@ from typing import Any
 
 from keras_xla.auto.policy import Candidate
 from keras_xla.auto.runner import TrialRunner
-from keras_xla.core.shape_switch import ShapeSwitch
+from keras_xla.core.shape_switch import BucketSwitch, ShapeSwitch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,13 +94,21 @@ class FitAdapter:
         the windows running, if any; `decided`: a trial just chose)."""
         raise NotImplementedError
 
-    def switch_shapes(self) -> ShapeSwitch | None:
+    def switch_shapes(self, bucket: dict | None = None) -> ShapeSwitch | None:
         """After a storm (`on_recompile_storm="per_shape"`): puts step
         functions that run XLA's program for the shapes it compiled and
         the step without XLA for any other (`shape_switch`), and keeps
-        the switch in `switch`; None where a call takes several batches
-        or the step runs on several replicas (the owner falls back)."""
+        the switch in `switch`; with a `bucket` plan (`"bucket"`:
+        `BucketSwitch`'s arguments) each batch is padded to its bucket
+        first. None where a call takes several batches or the step runs
+        on several replicas (the owner falls back)."""
         raise NotImplementedError
+
+    def _switch_of(self, compiled: dict, bucket: dict | None) -> ShapeSwitch:
+        """The switch for the XLA step's `compiled` shapes."""
+        if bucket is None:
+            return ShapeSwitch(compiled)
+        return BucketSwitch(compiled, **bucket)
 
     def analyze_hlo(self, stats: Any, records: list) -> list:
         """The train step's HLO analysis (`report.hlo`), at no extra

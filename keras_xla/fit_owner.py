@@ -21,19 +21,21 @@ accounting -> epoch statistics -> report -> verdict -> outputs.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
+import statistics
 import time
 import weakref
 from collections.abc import Callable
 from typing import Any
 
-from keras_xla import backends, xla_setting
+from keras_xla import backends, bucket_check, xla_setting
 from keras_xla.auto import runner as auto_runner
 from keras_xla.auto.model_state import ModelState
 from keras_xla.auto.policy import AUTO, Candidate, Status
 from keras_xla.auto.runner import Decided, Measured, Next, TrialRunner
-from keras_xla.core import files, lints, render, summaries, workers
+from keras_xla.core import buckets, files, lints, render, summaries, workers
 from keras_xla.core import findings as codes
 from keras_xla.core import guard as guard_lib
 from keras_xla.core import job as job_lib
@@ -41,6 +43,7 @@ from keras_xla.core import report as report_lib
 from keras_xla.core import verdict as verdict_lib
 from keras_xla.core.accounting import Accountant
 from keras_xla.core.findings import FindingBook
+from keras_xla.core.shape_switch import BucketSwitch
 from keras_xla.fit_adapter import Start
 from keras_xla.fit_outputs import FitOutputs, claim_log_dir
 
@@ -497,6 +500,9 @@ class FitOwner:
                 guard_lib.count_avoided(
                     self.report.guard, records, compiled, epoch, self._avoided
                 )
+                if isinstance(switch, BucketSwitch):
+                    self.report.guard.edges = list(switch.edges)
+                    self.report.guard.grown = list(switch.grown)
         self._guarded = 0
         no_xla = {step for e, step in self._no_xla_calls if e == epoch}
         for record in records:
@@ -604,7 +610,7 @@ class FitOwner:
         if self.guard.storm is not None and self.report.guard is None:
             if self.trial is not None:
                 self._abandon_trial(GUARD_REASON)
-            self._act_on_storm(self.guard.storm, batch)
+            self._act_on_storm(self.guard.storm, batch, records or [])
 
     def _compiled_in_last_call(self) -> int | None:
         """The backend's count of the last train call's compilations,
@@ -643,16 +649,21 @@ class FitOwner:
         left = (epochs - epoch) * steps - step
         return max(left, 0) // self._steps_per_call()
 
-    def _act_on_storm(self, storm: Any, batch: int) -> None:
-        """The guard found a storm; train step `batch` is next:
-        `on_recompile_storm` says what to do (fall back to no XLA from
-        that step, for every shape or for new ones, raise, or warn)."""
+    def _act_on_storm(self, storm: Any, batch: int, records: list) -> None:
+        """The guard found a storm in the epoch's train `records`; train
+        step `batch` is next: `on_recompile_storm` says what to do (pad
+        to buckets, fall back to no XLA from that step for new shapes or
+        for every shape, raise, or warn)."""
         action, epoch = self.settings.on_recompile_storm, self.accountant.epoch
         remaining = self._remaining_calls(epoch, batch)
         workers = self.worker.count if self.worker else 1
         switch, instead = None, ""
+        if action == "bucket" and workers == 1:
+            bucket = self._bucket_plan(storm, records, remaining)
+            switch = bucket and self.adapter.switch_shapes(bucket)
+            action = "bucket" if switch is not None else "per_shape"
         if action == "per_shape" and workers == 1:
-            switch = self.adapter.switch_shapes()
+            switch = switch or self.adapter.switch_shapes()
             if switch is None:
                 action, per_call = "fallback", self._steps_per_call()
                 runs = (
@@ -661,9 +672,9 @@ class FitOwner:
                     else "runs its step on several replicas"
                 )
                 instead = (
-                    " on_recompile_storm='per_shape' needs one batch per "
-                    f"train call on one replica; this fit {runs}, so XLA "
-                    "is off for every shape instead."
+                    f" on_recompile_storm={self.settings.on_recompile_storm!r}"
+                    " needs one batch per train call on one replica; this "
+                    f"fit {runs}, so XLA is off for every shape instead."
                 )
         kept = len(switch.compiled["train"]) if switch is not None else 0
         message, fix, reason = guard_lib.act(
@@ -682,10 +693,59 @@ class FitOwner:
             # built once per model): no step is lost, nothing compiles.
             xla_setting.set_xla(self.model, False)
             self.adapter.put(None)
-        if action in guard_lib.OFF_ACTIONS and self.report.jit is not None:
-            # Per shape XLA stays on, for the shapes it compiled.
-            self.report.jit.enabled = action == "per_shape"
+        if action in guard_lib.ACTING and self.report.jit is not None:
+            # Per shape and bucketed XLA stays on.
+            self.report.jit.enabled = action != "fallback"
             self.report.jit.reason = reason
+
+    def _bucket_plan(
+        self, storm: Any, records: list, remaining: int | None
+    ) -> dict | None:
+        """`on_recompile_storm="bucket"`: the switch's plan (the storm's
+        `edges`, `padding_share` and `bucket_saved_seconds` filled), from
+        the sizes the epoch's train calls ran, scaled to the fit's
+        remaining calls, at the storm's compile seconds and the typical
+        step's time per unit of the dimension; None, with the finding
+        that says why, where padding could change the result."""
+        last = records[-1].signatures if records else []
+        signature = last[-1][0] if last else None
+        plan, why = bucket_check.plan(self.model, signature, storm)
+        if plan is None:
+            message = (
+                "on_recompile_storm='bucket' did not pad "
+                f"{guard_lib.where(storm)}: {why}. New shapes run without "
+                "XLA instead (per shape)."
+            )
+            place = ("train", storm.input, storm.dim)
+            fix = bucket_check.FIX
+            self.book.add(codes.BUCKET_REFUSED, message, fix, place)
+            return None
+        sizes = collections.Counter(
+            s for r in records for s in _sizes(r, plan["dim"])
+        )
+        scale = remaining / max(sum(sizes.values()), 1) if remaining else 1.0
+        counts = {n: c * scale for n, c in sizes.items()}
+        typical = self.guard.typical_seconds or 0.0
+        median = statistics.median(sizes.elements()) if sizes else 1
+        choice = buckets.choose_edges(
+            counts,
+            storm.compile_seconds / max(storm.recompilations, 1),
+            typical * 1000.0 / max(median, 1),
+        )
+        storm.edges = list(choice.edges)
+        storm.padding_share = choice.padding_share
+        storm.bucket_saved_seconds = choice.saved_seconds
+        return {**plan, "edges": list(choice.edges)}
+
+
+def _sizes(record: Any, dim: int) -> list[int]:
+    """The sizes of `x`'s dimension `dim` in a record's steps."""
+    out = []
+    for step in record.signatures:
+        for t in step[0].tensors:
+            if t.path == "x" and len(t.shape) > dim:
+                out.append(int(t.shape[dim]))
+    return out
 
 
 def _worker(model: Any) -> workers.Worker | None:

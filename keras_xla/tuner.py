@@ -150,6 +150,12 @@ class XLATuner(keras.callbacks.Callback):
             had compiled and runs only new shapes without XLA (one batch
             per call on one replica; elsewhere it falls back whole and
             says why; the summary gives the steps and seconds each way);
+            `"bucket"` pads `x`'s drifting dimension up to edges chosen
+            from the run (its sizes, compile seconds and step time) and
+            keeps XLA for every batch, where the model masks the padding
+            (labels per position are padded with zero weights, so the
+            loss is unchanged); where padding could change the result it
+            says why (`bucket-refused`) and runs per shape;
             `"raise"` raises `XLARecompileStormError` naming the input,
             the dimension and the fix; `"warn"` only warns. Defaults to
             `"fallback"`.

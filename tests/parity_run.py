@@ -25,9 +25,12 @@ scenarios as one JSON object on the last line.
   are those of a fit without XLA. `storm_raise` and `storm_warn` act as
   named; `buckets` cycles through 6 lengths (under the budget):
   untouched; `per_shape` keeps XLA for the lengths it compiled before
-  its storm and runs new ones without XLA.
+  its storm and runs new ones without XLA; `bucket` pads to buckets a
+  pooled model and one with a label per token, both masked, and refuses
+  an unmasked one.
 """
 
+import functools
 import json
 import os
 import sys
@@ -170,23 +173,64 @@ def tokens(width, jit=True):
     return model
 
 
-def guarded(log_dir, width, lengths, against_plain=False, **tuner_args):
-    """A fit on batches of `lengths` under the guard: its report's
-    summary with the guard's section, the steps trained, an error raised,
-    the steps that compiled, and (`against_plain`) how far the weights
-    are from a fit without XLA (on JAX op by op, each new length slow)."""
-    model = tokens(width)
+class PerToken(Lengths):
+    """Token batches with a label per token."""
+
+    def __getitem__(self, i):
+        x, _ = super().__getitem__(i)
+        return x, np.random.default_rng(i).integers(0, 3, x.shape)
+
+
+def masked(width, jit=True, per_token=False):
+    """A token model that masks its padding (`Embedding(mask_zero=True)`):
+    pooled to one output, or (`per_token`) a label per token."""
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((None,), dtype="int32")
+    x = keras.layers.Embedding(50, width, mask_zero=True)(inputs)
+    if per_token:
+        outputs = keras.layers.Dense(3)(x)
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    else:
+        outputs = keras.layers.Dense(1)(
+            keras.layers.GlobalAveragePooling1D()(x)
+        )
+        loss = "mse"
+    model = keras.Model(inputs, outputs)
+    model.compile("sgd", loss, jit_compile=jit)
+    return model
+
+
+def guarded(
+    log_dir, width, lengths, against_plain=False, model=tokens, **tuner_args
+):
+    """A fit of `model(width)` on batches of `lengths` under the guard:
+    its report's summary with the guard's section, the steps trained, an
+    error raised, the steps that compiled, the losses, and
+    (`against_plain`) how far the weights are from a fit without XLA (on
+    JAX op by op, each new length slow)."""
+    make, batches = model, Lengths
+    if model == "per_token":
+        make = functools.partial(masked, per_token=True)
+        batches = PerToken
+    elif model == "masked":
+        make = masked
+    model = make(width)
     tuner = keras_xla.XLATuner(log_dir=log_dir, verbose=0, **tuner_args)
     written = xla_written()
     raised = None
+    losses = plain_losses = None
     try:
-        model.fit(Lengths(lengths), shuffle=False, verbose=0, callbacks=[tuner])
+        history = model.fit(
+            batches(lengths), shuffle=False, verbose=0, callbacks=[tuner]
+        )
+        losses = history.history["loss"]
     except keras_xla.XLARecompileStormError as error:
         raised = str(error)
     apart = None
     if against_plain:
-        plain = tokens(width, jit=False)
-        plain.fit(Lengths(lengths), shuffle=False, verbose=0)
+        plain = make(width, jit=False)
+        history = plain.fit(batches(lengths), shuffle=False, verbose=0)
+        plain_losses = history.history["loss"]
         apart = max(
             float(np.max(np.abs(a - b)))
             for a, b in zip(model.get_weights(), plain.get_weights())
@@ -201,10 +245,12 @@ def guarded(log_dir, width, lengths, against_plain=False, **tuner_args):
         steps=int(model.optimizer.iterations.numpy()),
         raised=raised,
         compiled_at=[c.step for c in report.compile_log],
+        compiled_shapes=[[c.step, c.shapes] for c in report.compile_log],
         weights_apart=apart,
         jit_enabled=report.jit.enabled,
         xla_written=written,
         lengths=list(lengths),
+        losses=[losses, plain_losses],
     )
 
 
@@ -222,6 +268,9 @@ def xla_written():
 NEVER_REPEAT = [8 + i for i in range(30)]
 # Twelve new lengths (a storm at the tenth), then known lengths (odd
 # steps) between new ones (even steps), and a known one seen again.
+# Twelve new lengths (a storm at the tenth), then 24 lengths from 8 to 47.
+BUCKETED = [8 + i for i in range(12)] + [8 + (7 * i) % 40 for i in range(24)]
+BUCKET = {"against_plain": True, "on_recompile_storm": "bucket"}
 PER_SHAPE = [8 + i for i in range(12)] + [
     8 + i % 12 if i % 2 else 40 + i for i in range(20)
 ]
@@ -267,6 +316,11 @@ def main(log_dir):
             PER_SHAPE,
             {"against_plain": True, "on_recompile_storm": "per_shape"},
         ),
+        # Padded to buckets: a pooled model and a label per token, both
+        # masking their padding; the unmasked model is refused.
+        ("bucket", 11, BUCKETED, {**BUCKET, "model": "masked"}),
+        ("bucket_tokens", 12, BUCKETED, {**BUCKET, "model": "per_token"}),
+        ("bucket_refused", 13, BUCKETED, {"on_recompile_storm": "bucket"}),
     ):
         sub = os.path.join(log_dir, name)
         out[name] = guarded(sub, width, lengths, **args)

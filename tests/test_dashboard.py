@@ -427,6 +427,7 @@ def test_the_guards_fallback_is_marked_at_its_global_step():
         "xla_seconds": 0.0,
         "plain_steps": 0,
         "plain_seconds": 0.0,
+        "edges": [],
     }
     assert views.run_view("r", report, [])["guard"]["global_step"] == 14
     # Per shape: marked from the same step, with the steps each way.

@@ -231,13 +231,13 @@ def test_per_shape_falls_back_whole_where_the_backend_cannot_switch():
     fit = owner(
         StubModel(steps_per_execution=4), on_recompile_storm="per_shape"
     )
-    fit.adapter.switch_shapes = lambda: None  # several batches per call
+    fit.adapter.switch_shapes = lambda bucket=None: None  # 4 per call
     storm = GuardSection(
         action="", budget=8, epoch=0, step=9, recompilations=9,
         compile_seconds=4.5, saved_seconds=0.0, window=10, compiled=9,
         input="x", dim=1, cause="dynamic_dim",
     )  # fmt: skip
-    fit._act_on_storm(storm, 10)
+    fit._act_on_storm(storm, 10, [])
     assert storm.action == "fallback" and storm.off_from == [0, 10]
     assert fit.model.jit_compile is False
     assert ("put", False, False) in fit.adapter.asked
@@ -247,3 +247,46 @@ def test_per_shape_falls_back_whole_where_the_backend_cannot_switch():
         "one replica; this fit runs 4 batches per call, so XLA is off for "
         "every shape instead." in found.message
     )
+
+
+def test_bucket_refuses_a_model_that_does_not_mask_its_padding():
+    import keras
+
+    from keras_xla.core.report import GuardSection
+
+    model = keras.Sequential(
+        [
+            keras.Input((None,), dtype="int32"),
+            keras.layers.Embedding(50, 4),
+            keras.layers.GlobalAveragePooling1D(),
+            keras.layers.Dense(1),
+        ]
+    )
+    model.compile("sgd", "mse")
+    fit = owner(on_recompile_storm="bucket")
+    fit.model = model
+    asked = []
+    fit.adapter.switch_shapes = lambda bucket=None: asked.append(bucket)
+    storm = GuardSection(
+        action="", budget=8, epoch=0, step=9, recompilations=9,
+        compile_seconds=4.5, saved_seconds=0.0, window=10, compiled=9,
+        input="x", dim=1, cause="dynamic_dim",
+    )  # fmt: skip
+    sig = Signature(
+        0,
+        (
+            TensorSignature("x", (4, 9), "int32"),
+            TensorSignature("y", (4, 1), "float32"),
+        ),
+    )
+    records = [StepRecord("train", 9, 0.5, signatures=[(sig,)])]
+    fit._act_on_storm(storm, 10, records)
+    # Not padded: per shape was asked for instead (the stub could not).
+    assert asked == [None]
+    (found,) = [f for f in fit.book.findings if f.code == "bucket-refused"]
+    assert (
+        "did not pad input `x`, dimension 1: layer `embedding` (Embedding) "
+        "has mask_zero=False: the padding would be read as tokens"
+        in found.message
+    )
+    assert storm.edges == []

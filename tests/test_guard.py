@@ -226,7 +226,38 @@ def test_the_switch_reads_a_batch_as_the_step_logs_read_its_signature():
     ran = []
     for data in (batch, ({"tokens": np.zeros((4, 10), "int32")}, batch[1])):
         side = switch.dispatch(
-            "train", lambda d=data: d, lambda d: "xla", lambda d: "plain"
+            "train", lambda d=data: d, lambda d, v: "xla", lambda d, v: "plain"
         )
         ran.append(side)
     assert ran == ["xla", "plain"]
+
+
+def test_bucket_pads_to_its_edge_and_weights_out_the_padded_labels():
+    import numpy as np
+
+    from keras_xla.core.shape_switch import BucketSwitch
+
+    x = np.ones((2, 5), "int32")
+    per_token = BucketSwitch({"train": set()}, 1, [4, 8], 0, labels=True)
+    px, py, weights = per_token.pad((x, np.ones((2, 5), "int32")))
+    assert px.shape == py.shape == weights.shape == (2, 8)
+    assert (px[:, 5:] == 0).all() and (py[:, 5:] == 0).all()
+    # Keras divides the loss by every position: the batch's own carry
+    # 8 / 5, so the padded loss is the unpadded one.
+    assert weights[:, :5] == pytest.approx(np.full((2, 5), 1.6))
+    assert (weights[:, 5:] == 0).all()
+    masked = BucketSwitch(
+        {"train": set()}, 1, [8], 0, labels=True, masked_loss=True
+    )
+    assert (masked.pad((x, np.ones((2, 5))))[2][:, :5] == 1.0).all()
+    # A pooled label is left alone; a size above the edges grows one.
+    pooled = BucketSwitch({"train": set()}, 1, [8], -1.0, labels=False)
+    px, y = pooled.pad((np.ones((2, 9, 3)), np.ones((2, 1))))
+    assert px.shape == (2, 10, 3) and (px[:, 9:] == -1.0).all()
+    assert y.shape == (2, 1) and pooled.grown == [10]
+    # The batch's own sample weights: not padded (it runs per shape).
+    assert pooled.pad((x, np.ones((2, 1)), np.ones(2))) is None
+    ran = pooled.dispatch(
+        "train", lambda: (x, np.ones((2, 1))), lambda d, v: v, None
+    )
+    assert ran == (0, 1)

@@ -293,6 +293,49 @@ def test_per_shape_keeps_xla_for_the_shapes_it_compiled(runs):
         assert run["weights_apart"] < 1e-5
 
 
+def test_bucket_pads_to_the_chosen_edges_and_keeps_the_result(runs):
+    for r in runs:
+        for name in ("bucket", "bucket_tokens"):
+            run = r[name]
+            guard = run["guard"]
+            assert guard["action"] == "bucket", name
+            epoch, step = guard["off_from"]
+            assert (epoch, step) == (0, guard["step"] + 1)
+            edges = guard["edges"]
+            assert edges == sorted(edges) and len(edges) <= 8
+            assert set(guard["grown"]) <= set(edges)
+            assert 0.0 <= guard["padding_share"] < 1.0
+            # After the switch each edge compiled once and nothing else
+            # did: every batch ran XLA's program of its edge (the pooled
+            # model's batches keep their structure: an edge compiled
+            # before the storm is not compiled again).
+            compiled = run["compiled_shapes"]
+            before = {s["x"][1] for at, s in compiled if at < step}
+            after = sorted(s["x"][1] for at, s in compiled if at >= step)
+            new = set(edges) - (before if name == "bucket" else set())
+            assert after == sorted(new), name
+            if run["xla_written"] is not None:
+                assert run["xla_written"] == step + len(new)
+            assert run["steps"] == len(run["lengths"])
+            assert run["jit_enabled"] is True
+            # The padding is masked, the padded labels weighted out: the
+            # result is the unpadded fit's without XLA.
+            assert run["weights_apart"] < 1e-5, name
+            losses, plain = run["losses"]
+            assert losses == pytest.approx(plain, abs=1e-5), name
+            assert "bucket-refused" not in run["codes"]
+        tokens = r["bucket_tokens"]["compiled_shapes"]
+        padded = [shapes for at, shapes in tokens if "sample_weight" in shapes]
+        assert padded and all(s["sample_weight"] == s["y"] for s in padded)
+        # A model that does not mask its padding is not padded: per shape.
+        refused = r["bucket_refused"]
+        assert refused["guard"]["action"] == "per_shape"
+        assert "bucket-refused" in refused["codes"]
+        assert refused["steps"] == len(refused["lengths"])
+    tf_run, jax_run = (r["bucket"]["guard"] for r in runs)
+    assert tf_run["step"] == jax_run["step"]
+
+
 def test_a_few_buckets_under_the_budget_are_untouched(runs):
     for r in runs:
         buckets = r["buckets"]

@@ -59,6 +59,7 @@ TENSOR_CORE_ALIGNMENT = "tensor-core-alignment"
 TUNER_OVERHEAD = "tuner-overhead"
 INPUT_BOUND = "input-bound"
 RECOMPILE_STORM = "recompile-storm"
+BUCKET_REFUSED = "bucket-refused"
 # A job across workers (`core.job`: the chief's job report).
 WORKER_MISSING = "worker-missing"
 WORKER_COMPILED_ALONE = "worker-compiled-alone"
@@ -121,6 +122,7 @@ CODES: dict[str, Code] = _table(
     (INPUT_BOUND, "warning", "a large share of each step waits for data"),
     (COMPILE_DOMINATES, "warning", "compiling costs more than it saves"),
     (RECOMPILE_STORM, "warning", "a step kept compiling for new shapes"),
+    (BUCKET_REFUSED, "warning", "padding to buckets could change results"),
     (TENSOR_CORE_ALIGNMENT, "info", "sizes keep tensor cores idle"),
     (POLICY_SET_AFTER_BUILD, "warning", "the policy came after the build"),
     (LOW_PRECISION_OUTPUT, "warning", "the output computes in low precision"),

@@ -30,10 +30,11 @@ from keras_xla.core.timing import StepRecord
 # window rule above, leaves a pipeline of up to 9 buckets (and a partial
 # last batch) untouched: its 9th recompilation would need a 10th shape.
 DEFAULT_BUDGET = 8
-ACTIONS = ("fallback", "per_shape", "raise", "warn")
+ACTIONS = ("fallback", "per_shape", "bucket", "raise", "warn")
 # The actions after which the rest of the fit runs (some) shapes without
-# XLA, from `off_from` on.
+# XLA, from `off_from` on; and those that change how the fit runs.
 OFF_ACTIONS = ("fallback", "per_shape")
+ACTING = (*OFF_ACTIONS, "bucket")
 # A call is looked at (its records collected: 0.6 ms on TensorFlow) only
 # where it may have compiled: it took this long, and twice the typical
 # call that compiled nothing. An XLA compilation takes longer than both.
@@ -157,7 +158,7 @@ def act(
     count, seconds = projected(storm, remaining_calls)
     storm.projected_compilations = round(count, 1)
     storm.projected_seconds = round(seconds, 2)
-    if action in OFF_ACTIONS and workers > 1:
+    if action in ACTING and workers > 1:
         storm.action = "warn"
         said = message(storm) + (
             f" Training goes on with XLA: this is one of a job's {workers} "
@@ -166,13 +167,26 @@ def act(
         )
         return said, fix(storm), ""
     storm.action = action
-    storm.off_from = [epoch, step] if action in OFF_ACTIONS else []
+    storm.off_from = [epoch, step] if action in ACTING else []
     said = message(storm)
     if action == "raise":
         return said, fix(storm), ""
     if action == "warn":
         said += " Training goes on with XLA (on_recompile_storm='warn')."
         return said, fix(storm), ""
+    if action == "bucket":
+        said += (
+            f" From epoch {epoch}, step {step} on, {where(storm)} is padded "
+            f"up to the sizes {storm.edges}: {len(storm.edges)} programs, "
+            f"{storm.padding_share:.0%} of the padded work padding, about "
+            f"{storm.bucket_saved_seconds:.1f} s saved against compiling "
+            "every size (on_recompile_storm='bucket')."
+        )
+        reason = (
+            f"XLA on; the recompilation guard pads {where(storm)} up to "
+            f"{storm.edges} from epoch {epoch}, step {step}"
+        )
+        return said, fix(storm), reason
     if action == "per_shape":
         storm.kept_shapes = kept
         said += (

@@ -172,7 +172,7 @@ def guard_line(guard) -> list[str]:
         f"{g.recompilations} recompilations for new sizes of {where} "
         f"({g.compile_seconds:.2f} s; XLA had saved {g.saved_seconds:.2f} s)"
     )
-    if g.action in guard_lib.OFF_ACTIONS and g.off_from:
+    if g.action in guard_lib.ACTING and g.off_from:
         avoided = (
             f"; {g.projected_compilations:.0f} compilations "
             f"({g.projected_seconds:.1f} s) avoided"
@@ -183,6 +183,13 @@ def guard_line(guard) -> list[str]:
         if g.action == "fallback":
             return [
                 f"{found}: no XLA from epoch {epoch}, step {step}{avoided}."
+            ]
+        if g.action == "bucket":
+            grown = f" (grown: {g.grown})" if g.grown else ""
+            return [
+                f"{found}: from epoch {epoch}, step {step} padded up to "
+                f"{g.edges}{grown}, {g.padding_share:.0%} padding, about "
+                f"{g.bucket_saved_seconds:.1f} s saved."
             ]
         return [
             f"{found}: from epoch {epoch}, step {step} XLA ran the "

@@ -263,7 +263,11 @@ class GuardSection(Section):
     length is unknown). `"per_shape"` keeps XLA's step for the
     `kept_shapes` it had compiled and runs new ones without XLA from
     `off_from` on: `xla_steps` and `plain_steps` ran each way, in
-    `xla_seconds` and `plain_seconds`."""
+    `xla_seconds` and `plain_seconds`. `"bucket"` pads `input`'s `dim`
+    up to `edges` from `off_from` on, on XLA's step: the chooser's
+    `padding_share` of the padded work and `bucket_saved_seconds` against
+    compiling every size, over the rest of the fit; `grown`: edges added
+    for sizes above the largest."""
 
     action: str
     budget: int
@@ -287,6 +291,10 @@ class GuardSection(Section):
     xla_seconds: float = 0.0
     plain_steps: int = 0
     plain_seconds: float = 0.0
+    edges: list = dataclasses.field(default_factory=list)
+    grown: list = dataclasses.field(default_factory=list)
+    padding_share: float | None = None
+    bucket_saved_seconds: float | None = None
 
 
 @dataclasses.dataclass

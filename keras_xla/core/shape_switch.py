@@ -60,11 +60,118 @@ class ShapeSwitch:
         self,
         function: str,
         take: Callable[[], Any],
-        xla: Callable[[Any], Any],
-        plain: Callable[[Any], Any],
+        xla: Callable[[Any, Any], Any],
+        plain: Callable[[Any, Any], Any],
     ) -> Any:
         """One call: the batch `take()` returns (its `StopIteration` is
-        Keras's end of data) runs `xla(batch)` where XLA compiled its
-        shapes, else `plain(batch)`."""
+        Keras's end of data) runs `xla(batch, None)` where XLA compiled
+        its shapes, else `plain(batch, None)`. (The second argument names
+        the dimensions a padded batch varies in: `BucketSwitch`'s.)"""
         data = take()
-        return (xla if self.uses_xla(function, data) else plain)(data)
+        return (xla if self.uses_xla(function, data) else plain)(data, None)
+
+
+class BucketSwitch(ShapeSwitch):
+    """`on_recompile_storm="bucket"`: each batch padded up to a bucket
+    edge of the drifting dimension, always on XLA's step.
+
+    `x`'s dimension `dim` is padded with `pad_value` (the value the
+    model's mask hides: `Embedding(mask_zero=True)`'s 0, `Masking`'s
+    `mask_value`). Where `y` has that dimension too (a label per token)
+    it is padded with 0 and a `sample_weight` is added: 0 on the padding,
+    and on the batch's own positions 1 where the prediction carries the
+    mask (`masked_loss`: Keras divides the loss by the mask's count),
+    else `edge / size` (Keras divides it by every position, weighted or
+    not): the loss, its gradients and weighted metrics are those of the
+    unpadded batch (measured: weights within 1e-7 after a step). A size
+    above the largest edge grows a new one (`grown`), a quarter above the
+    old. A batch the plan does not fit (another structure, its own
+    `sample_weight`) runs per shape.
+
+    Args:
+        compiled: As `ShapeSwitch`'s (for the batches run per shape).
+        dim: The drifting dimension of `x`.
+        edges: The sizes to pad to, increasing.
+        pad_value: What `x` is padded with.
+        labels: Whether `y` has the dimension (padded, weighted).
+        masked_loss: Whether the loss divides by the mask's count.
+    """
+
+    def __init__(
+        self,
+        compiled: dict[str, set[tuple]],
+        dim: int,
+        edges: list[int],
+        pad_value: Any,
+        labels: bool,
+        masked_loss: bool = False,
+    ) -> None:
+        super().__init__(compiled)
+        self.dim, self.edges = dim, sorted(edges)
+        self.pad_value, self.labels = pad_value, labels
+        self.masked_loss = masked_loss
+        self.grown: list[int] = []
+
+    def knows(self, function: str, signature: Any) -> bool:
+        """A padded batch (`x` at an edge) ran XLA's step too."""
+        for t in signature.tensors:
+            if t.path == "x" and len(t.shape) > self.dim:
+                if t.shape[self.dim] in self.edges:
+                    return True
+        return super().knows(function, signature)
+
+    def edge(self, size: int) -> int:
+        """The edge a batch of `size` is padded to (grown if none)."""
+        for edge in self.edges:
+            if edge >= size:
+                return edge
+        top = self.edges[-1] if self.edges else size
+        grown = max(size, top + -(-top // 4))
+        self.edges.append(grown)
+        self.grown.append(grown)
+        return grown
+
+    def pad(self, data: Any) -> tuple | None:
+        """`data` padded as the plan says, or None where it does not fit
+        (then it runs per shape)."""
+        import numpy as np
+
+        if not isinstance(data, tuple) or len(data) not in (2, 3):
+            return None
+        if len(data) == 3 and data[2] is not None:
+            return None  # the batch's own sample weights
+        x, y = data[0], data[1]
+        if not hasattr(x, "shape") or len(x.shape) <= self.dim:
+            return None
+        size = int(x.shape[self.dim])
+        edge = self.edge(size)
+        x = _pad_to(np.asarray(x), self.dim, edge, self.pad_value)
+        if not self.labels:
+            return (x, y)
+        y = np.asarray(y)
+        if len(y.shape) <= self.dim or y.shape[self.dim] != size:
+            return None
+        shape = list(y.shape[: self.dim + 1])
+        shape[self.dim] = edge
+        weights = np.zeros(shape, np.float32)
+        own = 1.0 if self.masked_loss else edge / size
+        weights[(slice(None),) * self.dim + (slice(0, size),)] = own
+        return (x, _pad_to(y, self.dim, edge, 0), weights)
+
+    def dispatch(self, function, take, xla, plain):
+        data = take()
+        padded = self.pad(data)
+        if padded is not None:
+            return xla(padded, (0, self.dim))
+        return (xla if self.uses_xla(function, data) else plain)(data, None)
+
+
+def _pad_to(array: Any, dim: int, size: int, value: Any) -> Any:
+    import numpy as np
+
+    extra = size - array.shape[dim]
+    if extra <= 0:
+        return array
+    widths = [(0, 0)] * array.ndim
+    widths[dim] = (0, extra)
+    return np.pad(array, widths, constant_values=value)

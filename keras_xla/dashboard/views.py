@@ -15,7 +15,7 @@ from typing import Any
 
 from keras_xla.core import compare, figures, reading, spikes
 from keras_xla.core import findings as codes
-from keras_xla.core.guard import OFF_ACTIONS
+from keras_xla.core.guard import ACTING
 from keras_xla.core.report import XLAReport
 from keras_xla.core.signatures import FINDING_CODES
 from keras_xla.core.summaries import COMPARISON_RUN
@@ -178,7 +178,7 @@ def guard_fallback(report: XLAReport) -> dict | None:
     or per shape for new ones, with the steps each way), with what the
     storm cost and what the fallback avoided; None where it did not."""
     g = report.guard
-    if g is None or g.action not in OFF_ACTIONS or len(g.off_from) != 2:
+    if g is None or g.action not in ACTING or len(g.off_from) != 2:
         return None
     offsets = epoch_offsets(report)
     epoch, step = g.off_from
@@ -198,6 +198,7 @@ def guard_fallback(report: XLAReport) -> dict | None:
         "xla_seconds": g.xla_seconds,
         "plain_steps": g.plain_steps,
         "plain_seconds": g.plain_seconds,
+        "edges": g.edges,
     }
 
 

@@ -23,7 +23,11 @@ from keras_xla.auto.model_state import ModelState
 from keras_xla.auto.policy import AUTO, Candidate
 from keras_xla.core import cache_directory
 from keras_xla.core import findings as codes
-from keras_xla.core.shape_switch import ShapeSwitch, signature_key
+from keras_xla.core.shape_switch import (
+    BucketSwitch,
+    ShapeSwitch,
+    signature_key,
+)
 from keras_xla.core.timing import median_seconds
 from keras_xla.fit_adapter import FitAdapter, Start
 from keras_xla.jax_backend import environment, epoch_checks, hlo
@@ -169,6 +173,12 @@ class JaxFitAdapter(FitAdapter):
         put["test"] = self._function(test_config, 1)
         if self.switch is not None:
             put = {f: self._switched[f][0] for f in FUNCTIONS}
+            if isinstance(self.switch, BucketSwitch):
+                # Tapped inside: the tap sees the padded batch each side
+                # runs.
+                for function, fn in put.items():
+                    setattr(self.model, f"{function}_function", fn)
+                return
         for function, fn in put.items():
             attr, mine = f"{function}_function", self._tapped.get(function)
             on_model = getattr(self.model, attr)
@@ -183,7 +193,7 @@ class JaxFitAdapter(FitAdapter):
             return (self._start_train, self._start_test)[which]
         return self._built(candidate.jit, candidate.policy)[which]
 
-    def switch_shapes(self) -> ShapeSwitch | None:
+    def switch_shapes(self, bucket: dict | None = None) -> ShapeSwitch | None:
         model = self.model
         if int(model.steps_per_execution or 1) != 1:
             return None
@@ -194,26 +204,28 @@ class JaxFitAdapter(FitAdapter):
             xla = self._function(now, which)
             known = self.log.trackers.of(xla).compiled(function)
             compiled[function] = {signature_key(s) for s in known}
-            self._switched[function] = (
-                self._switch(function, xla, self._function(plain, which)),
-                xla,
-            )
-        self.switch = ShapeSwitch(compiled)
+            sides = (xla, self._function(plain, which))
+            if bucket is not None:
+                sides = tuple(self.tap.wrap(function, f) for f in sides)
+            self._switched[function] = (self._switch(function, *sides), xla)
+        self.switch = self._switch_of(compiled, bucket)
         self.put(None)
         return self.switch
 
     def _switch(self, function: str, xla: Any, plain: Any) -> Any:
         """Keras's `<function>_function` that takes the call's batch and
-        hands it to XLA's function where XLA compiled its shapes, else to
-        the one without XLA (tapped as one function: the tap sees the
-        batch and its wait)."""
+        hands it to XLA's function where XLA compiled its shapes (padded
+        first, for buckets), else to the one without XLA. Per shape it is
+        tapped as one function (the tap sees the batch and its wait); for
+        buckets each side is (the tap sees the padded batch, not the
+        wait)."""
 
         def switched(state, iterator):
             return self.switch.dispatch(
                 function,
                 lambda: next(iterator),
-                lambda data: xla(state, iter((data,))),
-                lambda data: plain(state, iter((data,))),
+                lambda data, varies: xla(state, iter((data,))),
+                lambda data, varies: plain(state, iter((data,))),
             )
 
         return switched

@@ -55,9 +55,10 @@ def jitted_step(model: Any, function: str = "train") -> Any:
     return _jitted(untapped(getattr(model, f"{function}_function", None)))
 
 
-def _jitted(fn: Any, depth: int = 1) -> Any:
+def _jitted(fn: Any, depth: int = 2) -> Any:
     """The `jax.jit` object in `fn`'s closure, or in that of a function
-    it calls `depth` levels down (the per-shape switch's XLA side)."""
+    it calls `depth` levels down (the per-shape switch's XLA side, tapped
+    for buckets)."""
     cells = []
     for cell in getattr(fn, "__closure__", None) or ():
         try:

@@ -22,6 +22,25 @@ from typing import Any
 import tensorflow as tf
 
 
+def spec_of(data: Any, varies: tuple[int, ...]) -> Any:
+    """The element spec of a padded batch: its shapes, but the batch
+    dimension and the padded one (where a leaf has the first leaf's size
+    in it) unknown, so one trace serves every bucket."""
+    leaves = tf.nest.flatten(data)
+    first = leaves[0].shape
+
+    def spec(a):
+        shape = [
+            None
+            if i in varies and (i == 0 or (i < len(first) and n == first[i]))
+            else n
+            for i, n in enumerate(a.shape)
+        ]
+        return tf.TensorSpec(shape, tf.as_dtype(a.dtype))
+
+    return tf.nest.map_structure(spec, data)
+
+
 class BatchFeed:
     """One batch at a time into a tf.data iterator of `element_spec`."""
 

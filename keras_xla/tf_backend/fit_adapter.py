@@ -23,6 +23,7 @@ from keras_xla.core.shape_switch import ShapeSwitch, signature_key
 from keras_xla.fit_adapter import FitAdapter, Start
 from keras_xla.tf_backend import (
     autoclustering,
+    batch_feed,
     cache_savings,
     compile_ledger,
     epoch_checks,
@@ -180,7 +181,7 @@ class TFFitAdapter(FitAdapter):
 
     # The per-shape fallback.
 
-    def switch_shapes(self) -> ShapeSwitch | None:
+    def switch_shapes(self, bucket: dict | None = None) -> ShapeSwitch | None:
         model, functions = self.model, self.functions
         if functions is None or int(model.steps_per_execution or 1) != 1:
             return None
@@ -197,7 +198,7 @@ class TFFitAdapter(FitAdapter):
                 self._plain[function] = functions.active(function).fn
         finally:
             xla_setting.set_xla(model, True)
-        self.switch = ShapeSwitch(compiled)
+        self.switch = self._switch_of(compiled, bucket)
         self.log.ran_xla = self.switch.knows
         self.put(None)
         return self.switch
@@ -212,12 +213,18 @@ class TFFitAdapter(FitAdapter):
         def switched(iterator):
             if not hasattr(iterator, "element_spec"):
                 return xla(iterator)  # not Keras's tf.data iterator
-            feed = feeds.of(iterator.element_spec)
+
+            def fed(data, varies):
+                spec = iterator.element_spec
+                if varies is not None:  # a padded batch: its own spec
+                    spec = batch_feed.spec_of(data, varies)
+                return feeds.of(spec).holding(data)
+
             return switch.dispatch(
                 function,
                 lambda: next(iterator),
-                lambda data: xla(feed.holding(data)),
-                lambda data: plain(feed.holding(data)),
+                lambda data, varies: xla(fed(data, varies)),
+                lambda data, varies: plain(fed(data, varies)),
             )
 
         return switched

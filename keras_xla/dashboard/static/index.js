@@ -239,9 +239,10 @@ function stepChart(view, onSelect) {
       height: H - B - T, class: "guard-band" });
     rect.append(svg("title", {}, document.createTextNode(guardText(off))));
     chart.prepend(rect);
-    const label = off.action === "per_shape"
-      ? "new shapes without XLA from here (recompilation storm)"
-      : "no XLA from here (recompilation storm)";
+    const label = {
+      per_shape: "new shapes without XLA from here (recompilation storm)",
+      bucket: "padded to buckets from here (recompilation storm)",
+    }[off.action] || "no XLA from here (recompilation storm)";
     chart.append(svg("text", { x: gx + 4, y: T + 14, class: "axis" },
       document.createTextNode(label)));
   }
@@ -311,6 +312,10 @@ function guardText(off) {
     : "";
   const storm = `${off.recompilations} recompilations for new ` +
     `sizes of ${where} (${num(off.compile_seconds)} s)${avoided}`;
+  if (off.action === "bucket") {
+    return `from global step ${off.global_step} the recompilation guard ` +
+      `padded ${where} up to ${(off.edges || []).join(", ")}: ${storm}`;
+  }
   if (off.action !== "per_shape") {
     return `the recompilation guard turned XLA off at global step ` +
       `${off.global_step}: ${storm}`;
