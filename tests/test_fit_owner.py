@@ -257,7 +257,7 @@ def test_bucket_refuses_a_model_that_does_not_mask_its_padding():
     model = keras.Sequential(
         [
             keras.Input((None,), dtype="int32"),
-            keras.layers.Embedding(50, 4),
+            keras.layers.Embedding(50, 4, name="tokens"),
             keras.layers.GlobalAveragePooling1D(),
             keras.layers.Dense(1),
         ]
@@ -285,7 +285,7 @@ def test_bucket_refuses_a_model_that_does_not_mask_its_padding():
     assert asked == [None]
     (found,) = [f for f in fit.book.findings if f.code == "bucket-refused"]
     assert (
-        "did not pad input `x`, dimension 1: layer `embedding` (Embedding) "
+        "did not pad input `x`, dimension 1: layer `tokens` (Embedding) "
         "has mask_zero=False: the padding would be read as tokens"
         in found.message
     )
