@@ -503,6 +503,7 @@ class FitOwner:
                 if isinstance(switch, BucketSwitch):
                     self.report.guard.edges = list(switch.edges)
                     self.report.guard.grown = list(switch.grown)
+                    _mark_planned(self.report.guard, records, switch, epoch)
         self._guarded = 0
         no_xla = {step for e, step in self._no_xla_calls if e == epoch}
         for record in records:
@@ -736,6 +737,20 @@ class FitOwner:
         storm.padding_share = choice.padding_share
         storm.bucket_saved_seconds = choice.saved_seconds
         return {**plan, "edges": list(choice.edges)}
+
+
+def _mark_planned(
+    storm: Any, records: list, switch: BucketSwitch, epoch: int
+) -> None:
+    """The train calls of `epoch` whose batch the switch padded to an
+    edge, from the storm's step on: their compilations are the plan's."""
+    off_epoch, off_step = storm.off_from
+    for record in records:
+        if epoch == off_epoch and record.first_step < off_step:
+            continue
+        record.planned = bool(record.signatures) and all(
+            switch.knows("train", step[0]) for step in record.signatures
+        )
 
 
 def _sizes(record: Any, dim: int) -> list[int]:

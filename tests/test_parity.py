@@ -324,6 +324,9 @@ def test_bucket_pads_to_the_chosen_edges_and_keeps_the_result(runs):
             losses, plain = run["losses"]
             assert losses == pytest.approx(plain, abs=1e-5), name
             assert "bucket-refused" not in run["codes"]
+            # The edges' compilations are the plan's, not explained as the
+            # pipeline's (no `new-input` for the added sample weights).
+            assert "new-input" not in run["codes"]
         tokens = r["bucket_tokens"]["compiled_shapes"]
         padded = [shapes for at, shapes in tokens if "sample_weight" in shapes]
         assert padded and all(s["sample_weight"] == s["y"] for s in padded)

@@ -187,8 +187,10 @@ class Accountant:
                 if not previous:
                     continue  # the function's first compilation
                 recompiles += 1
-                if sig.tensors in explained:
-                    continue  # the same shapes on another replica
+                if sig.tensors in explained or record.planned:
+                    # The same shapes on another replica; or a bucket
+                    # edge the guard chose, which its section explains.
+                    continue
                 explained.add(sig.tensors)
                 last = r_index == len(records) - 1 and index == (
                     len(record.signatures) - 1

@@ -54,6 +54,10 @@ class StepRecord:
         other_compilations: XLA compilations the backend recorded during
             the call that are not its step's (another function's, a
             callback's): a spike they explain is not a host pause.
+        planned: The tuner padded the call's batch to a bucket edge
+            (`on_recompile_storm="bucket"`): a compilation it made is the
+            plan's, said by the guard's section, not explained as the
+            pipeline's recompilation.
     """
 
     function: str
@@ -72,6 +76,7 @@ class StepRecord:
     own_seconds: float = 0.0
     input_seconds: float | None = None
     other_compilations: int = 0
+    planned: bool = False
 
     @property
     def steps(self) -> int:
