@@ -440,3 +440,23 @@ def test_the_guards_fallback_is_marked_at_its_global_step():
     # Raised or warned: XLA was never turned off, nothing to mark.
     report.guard.action = "warn"
     assert views.guard_fallback(report) is None
+
+
+def test_a_bucket_edges_compilation_is_marked_as_the_plans():
+    from keras_xla.core.report import Compilation, GuardSection, XLAReport
+
+    report = XLAReport()
+    report.epochs = [XLAReport.from_dict(
+        {"schema": "keras_xla.report/1", "epochs": [epoch_row(0, 20)]}
+    ).epochs[0]]  # fmt: skip
+    report.guard = GuardSection(
+        action="bucket", budget=8, epoch=0, step=9, recompilations=9,
+        compile_seconds=4.5, saved_seconds=0.0, window=10, compiled=9,
+        input="x", dim=1, off_from=[0, 10], edges=[24],
+    )  # fmt: skip
+    report.compile_log = [
+        Compilation("train", 0, step, {"x": [4, 8 + step]}, 0.5, step == 0)
+        for step in (0, 1, 12)
+    ]
+    labels = [m["label"] for m in views.markers(report)]
+    assert labels == ["first compile", "recompile", "bucket edge"]

@@ -177,7 +177,8 @@ def act(
     if action == "bucket":
         said += (
             f" From epoch {epoch}, step {step} on, {where(storm)} is padded "
-            f"up to the sizes {storm.edges}: {len(storm.edges)} programs, "
+            f"up to the sizes {storm.edges}: {len(storm.edges)} "
+            f"program{'s' if len(storm.edges) != 1 else ''}, "
             f"{storm.padding_share:.0%} of the padded work padding, about "
             f"{storm.bucket_saved_seconds:.1f} s saved against compiling "
             "every size (on_recompile_storm='bucket')."

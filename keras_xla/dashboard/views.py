@@ -98,12 +98,15 @@ def markers(report: XLAReport) -> list[dict]:
     """One marker per compilation of the compile log, at the global train
     step it happened: a train compilation at its step, a validation (or
     predict) one at its epoch's end (`validation`). Each is labelled with
-    its cause (`first compile`, or the recompilation's finding code) and
-    carries the recompilation's input, dimension, shapes and seconds."""
+    its cause (`first compile`, the recompilation's finding code, or a
+    `bucket edge` the guard's buckets compiled) and carries the
+    recompilation's input, dimension, shapes and seconds."""
     offsets = epoch_offsets(report)
     explained = {
         (r.function, r.epoch, r.step): r for r in report.recompilations
     }
+    g = report.guard
+    padded_from = g.off_from if g and g.action == "bucket" else None
     out = []
     for c in report.compile_log:
         start, steps = offsets.get(c.epoch, (0, 0))
@@ -112,6 +115,8 @@ def markers(report: XLAReport) -> list[dict]:
         label = FIRST_COMPILE
         if rec is not None:
             label = FINDING_CODES.get(rec.cause, rec.cause)
+        elif padded_from and [c.epoch, c.step] >= padded_from and train:
+            label = "bucket edge"  # the guard's plan, not the pipeline
         elif not c.first:
             label = "recompile"
         out.append(
