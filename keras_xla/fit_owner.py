@@ -24,7 +24,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
-import statistics
 import time
 import weakref
 from collections.abc import Callable
@@ -43,7 +42,7 @@ from keras_xla.core import report as report_lib
 from keras_xla.core import verdict as verdict_lib
 from keras_xla.core.accounting import Accountant
 from keras_xla.core.findings import FindingBook
-from keras_xla.core.shape_switch import BucketSwitch
+from keras_xla.core.shape_switch import BucketSwitch, x_size
 from keras_xla.fit_adapter import Start
 from keras_xla.fit_outputs import FitOutputs, claim_log_dir
 
@@ -503,7 +502,9 @@ class FitOwner:
                 if isinstance(switch, BucketSwitch):
                     self.report.guard.edges = list(switch.edges)
                     self.report.guard.grown = list(switch.grown)
-                    _mark_planned(self.report.guard, records, switch, epoch)
+                    switch.mark_planned(
+                        records, self.report.guard.off_from, epoch
+                    )
         self._guarded = 0
         no_xla = {step for e, step in self._no_xla_calls if e == epoch}
         for record in records:
@@ -722,45 +723,21 @@ class FitOwner:
             self.book.add(codes.BUCKET_REFUSED, message, fix, place)
             return None
         sizes = collections.Counter(
-            s for r in records for s in _sizes(r, plan["dim"])
+            x_size(step[0], plan["dim"])
+            for r in records
+            for step in r.signatures
         )
-        scale = remaining / max(sum(sizes.values()), 1) if remaining else 1.0
-        counts = {n: c * scale for n, c in sizes.items()}
-        typical = self.guard.typical_seconds or 0.0
-        median = statistics.median(sizes.elements()) if sizes else 1
-        choice = buckets.choose_edges(
-            counts,
+        sizes.pop(None, None)
+        choice = buckets.choose_for_run(
+            sizes,
+            remaining,
             storm.compile_seconds / max(storm.recompilations, 1),
-            typical * 1000.0 / max(median, 1),
+            self.guard.typical_seconds or 0.0,
         )
         storm.edges = list(choice.edges)
         storm.padding_share = choice.padding_share
         storm.bucket_saved_seconds = choice.saved_seconds
         return {**plan, "edges": list(choice.edges)}
-
-
-def _mark_planned(
-    storm: Any, records: list, switch: BucketSwitch, epoch: int
-) -> None:
-    """The train calls of `epoch` whose batch the switch padded to an
-    edge, from the storm's step on: their compilations are the plan's."""
-    off_epoch, off_step = storm.off_from
-    for record in records:
-        if epoch == off_epoch and record.first_step < off_step:
-            continue
-        record.planned = bool(record.signatures) and all(
-            switch.knows("train", step[0]) for step in record.signatures
-        )
-
-
-def _sizes(record: Any, dim: int) -> list[int]:
-    """The sizes of `x`'s dimension `dim` in a record's steps."""
-    out = []
-    for step in record.signatures:
-        for t in step[0].tensors:
-            if t.path == "x" and len(t.shape) > dim:
-                out.append(int(t.shape[dim]))
-    return out
 
 
 def _worker(model: Any) -> workers.Worker | None:

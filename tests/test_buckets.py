@@ -72,3 +72,17 @@ def test_bad_input_names_the_argument():
     # A size whose program would not fit memory cannot be bucketed.
     with pytest.raises(ValueError, match="largest=32.*size 40"):
         choose_edges(NER, 1.0, 1.0, largest=32)
+
+
+def test_a_runs_edges_scale_its_sizes_to_the_calls_left():
+    from keras_xla.core.buckets import choose_for_run
+
+    sizes = {10: 3, 20: 1}  # median size 10, a 5 ms step: 0.5 ms a unit
+    few = choose_for_run(sizes, None, compile_seconds=1.0, step_seconds=0.005)
+    # As many calls again: padding 3 calls by 10 units costs 0.015 s,
+    # less than a second compilation.
+    assert few.edges == (20,)
+    many = choose_for_run(sizes, 4000, compile_seconds=1.0, step_seconds=0.005)
+    # 3000 calls padded by 10 units would cost 15 s: two edges pay.
+    assert many.edges == (10, 20)
+    assert many.unbucketed_seconds == 2.0

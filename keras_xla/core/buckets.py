@@ -21,6 +21,7 @@ Pure logic: nothing here imports TensorFlow, Keras or JAX.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from collections.abc import Mapping
 
 
@@ -136,4 +137,25 @@ def choose_edges(
         padding_share=round((padded - real) / padded, 4) if padded else 0.0,
         seconds=round(best[len(edges)][last], 3),
         unbucketed_seconds=round(compile_seconds * len(sizes), 3),
+    )
+
+
+def choose_for_run(
+    sizes: Mapping[int, int],
+    remaining_calls: int | None,
+    compile_seconds: float,
+    step_seconds: float,
+) -> BucketChoice:
+    """The edges for the rest of a fit, from the sizes its calls ran so
+    far (`sizes`: size -> calls), scaled to the `remaining_calls` (as
+    many again where unknown), at one compilation's measured seconds and
+    the typical step's (`step_seconds`, at the median size)."""
+    seen = sum(sizes.values())
+    scale = remaining_calls / max(seen, 1) if remaining_calls else 1.0
+    every = [size for size, n in sizes.items() for _ in range(n)]
+    median = statistics.median(every) if every else 1
+    return choose_edges(
+        {size: n * scale for size, n in sizes.items()},
+        compile_seconds,
+        step_seconds * 1000.0 / max(median, 1),
     )

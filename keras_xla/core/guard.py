@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import statistics
+from typing import Any
 
 from keras_xla.core.sections import GuardSection
 from keras_xla.core.signatures import explain
@@ -71,6 +72,11 @@ def shapes_key(shapes: dict) -> tuple:
     return tuple(sorted((path, tuple(shape)) for path, shape in shapes.items()))
 
 
+def signature_key(signature: Any) -> tuple:
+    """A `Signature`'s shapes as `shapes_key` writes them."""
+    return shapes_key({t.path: list(t.shape) for t in signature.tensors})
+
+
 def count_avoided(
     storm: GuardSection,
     records: list,
@@ -93,17 +99,16 @@ def count_avoided(
     for record in records:
         if epoch == off_epoch and record.first_step < off_step:
             continue
-        keys = [
-            shapes_key({t.path: list(t.shape) for t in step[0].tensors})
-            for step in record.signatures
-        ]
+        keys = [signature_key(step[0]) for step in record.signatures]
         avoided.update(k for k in keys if k not in compiled)
-        if storm.action == "per_shape" and keys:
-            side = "xla" if keys[0] in compiled else "plain"
-            steps = getattr(storm, f"{side}_steps") + record.steps
-            seconds = getattr(storm, f"{side}_seconds") + record.seconds
-            setattr(storm, f"{side}_steps", steps)
-            setattr(storm, f"{side}_seconds", round(seconds, 4))
+        if storm.action != "per_shape" or not keys:
+            continue
+        if keys[0] in compiled:  # one batch per call: one side
+            storm.xla_steps += record.steps
+            storm.xla_seconds = round(storm.xla_seconds + record.seconds, 4)
+        else:
+            storm.plain_steps += record.steps
+            storm.plain_seconds = round(storm.plain_seconds + record.seconds, 4)
     each = storm.compile_seconds / max(storm.recompilations, 1)
     storm.projected_compilations = float(len(avoided))
     storm.projected_seconds = round(len(avoided) * each, 2)

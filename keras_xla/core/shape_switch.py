@@ -23,8 +23,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from keras_xla.core.batch_paths import flatten_with_paths
-from keras_xla.core.guard import shapes_key
+from keras_xla.core.guard import shapes_key, signature_key
 
 
 def batch_key(data: Any) -> tuple:
@@ -33,9 +35,12 @@ def batch_key(data: Any) -> tuple:
     return shapes_key({path: [int(d) for d in a.shape] for path, a in pairs})
 
 
-def signature_key(signature: Any) -> tuple:
-    """A `Signature`'s shapes as `guard.shapes_key` writes them."""
-    return shapes_key({t.path: list(t.shape) for t in signature.tensors})
+def x_size(signature: Any, dim: int) -> int | None:
+    """The size of `x`'s dimension `dim` in a `Signature` (None: none)."""
+    for t in signature.tensors:
+        if t.path == "x" and len(t.shape) > dim:
+            return int(t.shape[dim])
+    return None
 
 
 class ShapeSwitch:
@@ -114,11 +119,21 @@ class BucketSwitch(ShapeSwitch):
 
     def knows(self, function: str, signature: Any) -> bool:
         """A padded batch (`x` at an edge) ran XLA's step too."""
-        for t in signature.tensors:
-            if t.path == "x" and len(t.shape) > self.dim:
-                if t.shape[self.dim] in self.edges:
-                    return True
+        if x_size(signature, self.dim) in self.edges:
+            return True
         return super().knows(function, signature)
+
+    def mark_planned(self, records: list, off_from: list, epoch: int) -> None:
+        """Marks the train calls of `epoch` from `off_from` on whose
+        batches were padded to an edge (`StepRecord.planned`): their
+        compilations are the plan's."""
+        off_epoch, off_step = off_from
+        for record in records:
+            if epoch == off_epoch and record.first_step < off_step:
+                continue
+            record.planned = bool(record.signatures) and all(
+                self.knows("train", step[0]) for step in record.signatures
+            )
 
     def edge(self, size: int) -> int:
         """The edge a batch of `size` is padded to (grown if none)."""
@@ -134,8 +149,6 @@ class BucketSwitch(ShapeSwitch):
     def pad(self, data: Any) -> tuple | None:
         """`data` padded as the plan says, or None where it does not fit
         (then it runs per shape)."""
-        import numpy as np
-
         if not isinstance(data, tuple) or len(data) not in (2, 3):
             return None
         if len(data) == 3 and data[2] is not None:
@@ -167,8 +180,6 @@ class BucketSwitch(ShapeSwitch):
 
 
 def _pad_to(array: Any, dim: int, size: int, value: Any) -> Any:
-    import numpy as np
-
     extra = size - array.shape[dim]
     if extra <= 0:
         return array

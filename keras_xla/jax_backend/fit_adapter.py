@@ -23,11 +23,8 @@ from keras_xla.auto.model_state import ModelState
 from keras_xla.auto.policy import AUTO, Candidate
 from keras_xla.core import cache_directory
 from keras_xla.core import findings as codes
-from keras_xla.core.shape_switch import (
-    BucketSwitch,
-    ShapeSwitch,
-    signature_key,
-)
+from keras_xla.core.guard import signature_key
+from keras_xla.core.shape_switch import BucketSwitch, ShapeSwitch
 from keras_xla.core.timing import median_seconds
 from keras_xla.fit_adapter import FitAdapter, Start
 from keras_xla.jax_backend import environment, epoch_checks, hlo

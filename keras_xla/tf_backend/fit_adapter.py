@@ -18,8 +18,9 @@ from typing import Any
 from keras_xla import xla_setting
 from keras_xla.core import findings as codes
 from keras_xla.core import lints
+from keras_xla.core.guard import signature_key
 from keras_xla.core.interrupts import on_error
-from keras_xla.core.shape_switch import ShapeSwitch, signature_key
+from keras_xla.core.shape_switch import ShapeSwitch
 from keras_xla.fit_adapter import FitAdapter, Start
 from keras_xla.tf_backend import (
     autoclustering,
