@@ -267,7 +267,12 @@ class GuardSection(Section):
     up to `edges` from `off_from` on, on XLA's step: the chooser's
     `padding_share` of the padded work and `bucket_saved_seconds` against
     compiling every size, over the rest of the fit; `grown`: edges added
-    for sizes above the largest."""
+    for sizes above the largest. The edges' programs fit the device:
+    `edge_bytes` is each edge's program's memory, projected from the
+    programs the storm compiled (`program_bytes` in the compile log),
+    under `memory_limit_bytes` (the device's); `largest_fitting` is the
+    largest size whose program fits (None: not limited), and sizes above
+    it run per shape."""
 
     action: str
     budget: int
@@ -295,6 +300,9 @@ class GuardSection(Section):
     grown: list = dataclasses.field(default_factory=list)
     padding_share: float | None = None
     bucket_saved_seconds: float | None = None
+    edge_bytes: list = dataclasses.field(default_factory=list)
+    memory_limit_bytes: int | None = None
+    largest_fitting: int | None = None
 
 
 @dataclasses.dataclass
