@@ -136,7 +136,6 @@ def pad_batches(
             "Possible choices are: 'zeros', 'repeat'."
         )
     _check_elements(dataset, "pad_batches")
-    _check_unbatched(dataset, "pad_batches")
     return dataset.batch(batch_size).map(
         lambda *batch: _pad_batch(batch, batch_size, pad_with),
         num_parallel_calls=tf.data.AUTOTUNE,
@@ -186,7 +185,6 @@ def bucket_by_length(
             "pass a number (the value sequences are padded with)."
         )
     spec = _check_elements(dataset, "bucket_by_length")
-    _check_unbatched(dataset, "bucket_by_length")
     if spec[0].shape.rank != 1:
         raise ValueError(
             "bucket_by_length() expects 1-D sequences as `x`; got element "
@@ -209,12 +207,9 @@ def bucket_by_length(
         x = tf.pad(x, [[0, extra]], constant_values=pad_value)
         return (tf.cast(bucket, tf.int64), x, *rest)
 
-    def batch_bucket(key, window):
-        return window.batch(batch_size)
-
     grouped = dataset.map(assign).group_by_window(
         key_func=lambda key, *_: key,
-        reduce_func=batch_bucket,
+        reduce_func=lambda key, window: window.batch(batch_size),
         window_size=batch_size,
     )
     return grouped.map(
@@ -255,15 +250,11 @@ def _is_int(value) -> bool:
 
 def _pair(value, name, minimum):
     """`value` as an (int, int) pair, each at least `minimum`."""
-    kind, example = (
-        ("a positive int", "(224, 224)")
+    kind, example, what = (
+        ("a positive int", "(224, 224)", "(height, width)")
         if minimum
-        else (
-            "a non-negative int",
-            "(0, 0)",
-        )
+        else ("a non-negative int", "(0, 0)", "(top, left)")
     )
-    what = "(height, width)" if minimum else "(top, left)"
     pair = (value, value) if _is_int(value) else value
     try:
         pair = tuple(pair)
@@ -317,12 +308,14 @@ def _check_unbatched(dataset, fn):
 
 
 def _check_elements(dataset, fn):
+    """`dataset`'s element spec, checked: unbatched, 2 or 3 items."""
     spec = dataset.element_spec
     if not isinstance(spec, tuple) or len(spec) not in (2, 3):
         raise ValueError(
             f"{fn}() expects unbatched (x, y) or (x, y, sample_weight) "
             f"elements; got element spec {spec}."
         )
+    _check_unbatched(dataset, fn)
     return spec
 
 
