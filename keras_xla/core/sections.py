@@ -2,10 +2,6 @@
 profile, trial decision, no-XLA baseline, the recompilation guard and
 the verdict.
 
-Each section is a dataclass that still reads like the dict it was in the
-first version (`report.hlo["fusion_ratio"]`), and reads its JSON skipping
-keys a newer writer may have added.
-
 Pure logic: nothing here imports TensorFlow or Keras.
 """
 
@@ -27,9 +23,7 @@ class Section:
         return getattr(self, key)
 
     def get(self, key: str, default: Any = None) -> Any:
-        if key not in _field_names(type(self)):
-            return default
-        return getattr(self, key)
+        return self[key] if key in _field_names(type(self)) else default
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -70,7 +70,8 @@ def build(report: XLAReport) -> Verdict:
     bound = round(bound_ms / 1000.0 * steps, 3) if bound_ms else None
     if bound is not None and compile_s > bound:
         paid_back = False
-    wait_ms = input_wait_ms(report)
+    # Each step's wait for its batch, where it was measured apart.
+    wait_ms = figures.INPUT_WAIT.over(report.epochs)
     compute = None
     if wait_ms is not None and base and xla and min(base, xla) > wait_ms:
         compute = round((base - wait_ms) / (xla - wait_ms), 3)
@@ -206,12 +207,6 @@ def best_case_break_even(
         return None
     saved_ms = base_ms - base_ms / high
     return math.ceil(compile_s / (saved_ms / 1000.0))
-
-
-def input_wait_ms(report: XLAReport) -> float | None:
-    """The median over epochs of each step's wait for its batch (ms),
-    where it was measured apart (None elsewhere)."""
-    return figures.INPUT_WAIT.over(report.epochs)
 
 
 def no_xla_bound_ms(report: XLAReport) -> float | None:
