@@ -162,7 +162,8 @@ def _compiled_alone(reports: dict[int, XLAReport]) -> Iterator[dict]:
         for (function, shapes), at in signatures.items():
             if (function, shapes) in elsewhere:
                 continue
-            why = _cause(reports[index], function, json.loads(shapes))
+            inputs = json.loads(shapes)
+            why = _cause(reports[index], function, inputs)
             seconds = sum(c.compile_seconds for c in at)
             waits = {i: _waits(r, at) for i, r in reports.items() if i != index}
             waited, wait = _wait_text(waits, seconds)
@@ -170,8 +171,8 @@ def _compiled_alone(reports: dict[int, XLAReport]) -> Iterator[dict]:
                 codes.WORKER_COMPILED_ALONE,
                 index,
                 f"Worker {index} compiled {function} for "
-                f"{_shapes(json.loads(shapes))}{why[0]}, which no other "
-                f"worker did: {wait}.",
+                + ", ".join(f"`{path}` {size}" for path, size in inputs.items())
+                + f"{why[0]}, which no other worker did: {wait}.",
                 why[1]
                 or "Give every worker the same shapes: shards of equal "
                 "size (`drop_remainder=True`, or pad the last batch: "
@@ -267,10 +268,6 @@ def _first_difference(
         "their inputs and settings are the same, so the model's code or "
         "its arguments differ"
     )
-
-
-def _shapes(shapes: dict) -> str:
-    return ", ".join(f"`{path}` {shape}" for path, shape in shapes.items())
 
 
 def _stragglers(rows: list) -> Iterator[dict]:
