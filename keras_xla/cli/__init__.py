@@ -23,7 +23,6 @@ from keras_xla import backends  # noqa: E402
 from keras_xla.cli.report import run_report  # noqa: E402
 from keras_xla.core.report import REPORT_FILENAME  # noqa: E402
 
-USAGE_ERROR = 2
 COMMANDS = ("doctor", "report", "run")
 
 

@@ -127,14 +127,14 @@ def command(
     module: bool,
     script_args: list[str],
     log_dir: str,
-    result: str,
 ) -> list[str]:
-    """The `keras-xla run` command of one configuration; `jit` is the
-    `--jit-compile` of a configuration without its own (the user's flag,
-    else `none`: the tuner keeps the script's setting)."""
+    """The `keras-xla run` command of one configuration, its result file
+    `{result}`; `jit` is the `--jit-compile` of a configuration without
+    its own (the user's flag, else `none`: the tuner keeps the script's
+    setting)."""
     out = [sys.executable, "-m", "keras_xla", "run", *passed]
     out += ["--log-dir", os.path.join(log_dir, config.slug)]
-    out += ["--result", result]
+    out += ["--result", "{result}"]
     out += ["--jit-compile", JIT_FLAG.get(config.jit, jit)]
     out += ["-m", target] if module else [target]
     return out + list(script_args)
@@ -338,21 +338,20 @@ def answer(rows: list[dict]) -> str:
     # The configurations indistinguishable from the fastest.
     leaders = [r for r in order if r is best or not separated(best, r)]
     default = next((r for r in rows if r["default"]), None)
-    if default in leaders:
-        others = [r for r in leaders if r is not default]
-        text = (
+    others = [r for r in leaders if r is not default]
+    if default in leaders and not others:
+        return (
             f"The script's default ({_name(default)}) is the fastest here "
             f"for {steps} steps: {default['seconds']:.2f} s."
         )
-        if others:
-            text = (
-                f"The script's default ({_name(default)}, "
-                f"{default['seconds']:.2f} s) is as fast as any here for "
-                f"{steps} steps: {_listed(others)} "
-                f"{'is' if len(others) == 1 else 'are'} indistinguishable "
-                "from it (their times overlap)."
-            )
-        return text
+    if default in leaders:
+        return (
+            f"The script's default ({_name(default)}, "
+            f"{default['seconds']:.2f} s) is as fast as any here for "
+            f"{steps} steps: {_listed(others)} "
+            f"{'is' if len(others) == 1 else 'are'} indistinguishable "
+            "from it (their times overlap)."
+        )
     if len(leaders) == 1:
         head = (
             f"Fastest here for {steps} steps: {_name(best)}, "
@@ -496,11 +495,10 @@ def passed_options(given: dict, steps: int | None) -> list[str]:
             continue  # the configuration's
         if isinstance(value, bool):
             out.append(flag(name) if value else "--no-" + flag(name)[2:])
+        elif isinstance(value, tuple):
+            out += [flag(name), ",".join(map(str, value))]
         else:
-            text = (
-                ",".join(map(str, value)) if isinstance(value, tuple) else value
-            )
-            out += [flag(name), str(text)]
+            out += [flag(name), str(value)]
     if steps is not None:
         out += ["--steps", str(steps)]
     return out
@@ -532,9 +530,8 @@ def main(args, given: dict, target: str, script_args: list) -> int:
             if len(results[config]) > round_:
                 continue  # the script's default ran as this one
             argv = command(
-                config, jit, passed, target, module, script_args,
-                args.log_dir, "{result}",
-            )  # fmt: skip
+                config, jit, passed, target, module, script_args, args.log_dir
+            )
             result = run_once(config, argv, environment(config))
             print(
                 f"keras-xla run: round {round_ + 1}: {config.label} done",

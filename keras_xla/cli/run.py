@@ -29,8 +29,7 @@ from keras_xla.cli import tuner_flags
 USAGE_ERROR = 2
 DEFAULT_LOG_DIR = "logs"
 # Keras's backends and the package each needs.
-BACKEND_PACKAGES = {"tensorflow": "tensorflow", "jax": "jax"}
-BACKEND_PACKAGES |= {"torch": "torch", "numpy": "numpy"}
+BACKEND_PACKAGES = {b: b for b in ("tensorflow", "jax", "torch", "numpy")}
 
 
 def build_parser() -> argparse.ArgumentParser:

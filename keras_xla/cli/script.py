@@ -302,16 +302,10 @@ def exit_code(code: Any) -> int:
 def print_script_error(error: BaseException, target: str, module: bool):
     """The traceback Python prints for `error`, without the frames above
     the script's (this module's, runpy's)."""
-    tb = error.__traceback__
-    here = os.path.abspath(__file__)
-    while tb is not None and _outer(tb.tb_frame.f_code.co_filename, here):
+    tb, here = error.__traceback__, os.path.abspath(__file__)
+    while tb is not None and (
+        os.path.abspath(name := tb.tb_frame.f_code.co_filename) == here
+        or os.path.basename(name) in ("runpy.py", "<frozen runpy>")
+    ):
         tb = tb.tb_next
     traceback.print_exception(type(error), error, tb, file=sys.stderr)
-
-
-def _outer(filename: str, here: str) -> bool:
-    """Whether a frame belongs to the run machinery, not the script."""
-    return os.path.abspath(filename) == here or os.path.basename(filename) in (
-        "runpy.py",
-        "<frozen runpy>",
-    )

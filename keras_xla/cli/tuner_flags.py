@@ -23,8 +23,7 @@ from typing import Any
 # XLATuner arguments that are the command's own business.
 OWN = ("log_dir",)
 # Words for None, True and False in a flag's value.
-WORDS = {"none": None, "true": True, "on": True, "false": False}
-WORDS["off"] = False
+WORDS = {"none": None, "true": True, "on": True, "false": False, "off": False}
 TUNER = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tuner.py"
 )
