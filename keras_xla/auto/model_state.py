@@ -39,9 +39,7 @@ class ModelState:
             if "optimizer" in (getattr(config, "config", None) or {}):
                 config.config["optimizer"] = self.optimizer
         xla_setting.set_xla(model, self.jit)
-        if self.set_jit is not None and (
-            self.set_jit != backends.auto_clustering()
-        ):
+        if self.set_jit not in (None, backends.auto_clustering()):
             backends.set_auto_clustering(self.set_jit)
 
 

@@ -207,8 +207,7 @@ def plan(
         candidates.sort(key=lambda c: c.name != likely)
     trial = Trial(candidates, default, plan.calls, spe, plan.rounds, tunables=t)
     trial.run_steps = plan.run_steps
-    runner = TrialRunner(trial, original, request.xla_possible)
-    runner.memory = memory
+    runner = TrialRunner(trial, original, request.xla_possible, memory=memory)
     runner.spans = plan.spans
     runner.switch(model, candidates[0])
     logging.getLogger("tensorflow").addFilter(RETRACE_FILTER)

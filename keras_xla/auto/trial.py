@@ -90,7 +90,7 @@ class Trial:
         self.span: list[tuple[int, int]] = []
         # The fit's epoch the trial's records are in now.
         self.epoch = 0
-        self._rounds = rounds
+        self.rounds = rounds
 
     @property
     def done(self) -> bool:
@@ -217,11 +217,7 @@ class Trial:
         """One more round of windows, in the first round's order (the
         windows are too few for a useful range)."""
         self.plan += self.plan[: len(self.candidates) * self.window_calls]
-        self._rounds += 1
-
-    @property
-    def rounds(self) -> int:
-        return self._rounds
+        self.rounds += 1
 
     def speedup_range(
         self, slow: Candidate, fast: Candidate, steady: bool = False
@@ -292,9 +288,8 @@ class Trial:
             return None, decision
         winner = min(measured, key=lambda c: medians[c])
         decision.status, decision.winner = Status.DECIDED, winner.name
-        compile_s = next(r for r in rows if r.name == winner.name)
         speedup, steps = versus_default(
-            winner, self.default, medians, compile_s.compile_seconds
+            winner, self.default, medians, self.first_call_excess(winner)
         )
         decision.speedup_vs_default = speedup
         decision.break_even_steps = steps
