@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 from collections.abc import Iterable
 
 from keras_xla.core import figures, files, workers
 from keras_xla.core.job_findings import job_findings
 from keras_xla.core.report import XLAReport
+from keras_xla.core.verdict import payback
 
 JOB_FILENAME = "xla_job_report.json"
 JOB_SCHEMA = "keras_xla.job/1"
@@ -147,15 +147,9 @@ def _verdict(rows: list[WorkerRow], found: list[dict], count: int) -> dict:
     steps = max((r.train_steps for r in rows), default=0)
     job_xla = max(xla) if xla else None
     job_base = max(base) if base else None
-    speedup = break_even = paid_back = None
-    if job_xla and job_base:
-        speedup = round(job_base / job_xla, 3)
-        saved = (job_base - job_xla) / 1000.0
-        if saved > 0:
-            break_even = math.ceil(compile_s / saved)
-            paid_back = steps >= break_even
-        else:
-            paid_back = False
+    speedup, break_even, paid_back = payback(
+        job_base, job_xla, compile_s, steps
+    )
     slow = max(rows, key=lambda r: r.step_ms or 0.0) if rows else None
     present = f"{len(rows)} of {count} workers"
     if speedup is None:

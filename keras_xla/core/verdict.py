@@ -50,15 +50,7 @@ def build(report: XLAReport) -> Verdict:
     steps = sum(e.steps for e in report.epochs)
     compile_s = round(report.total_compile_seconds, 3)
     base, xla = baseline_medians(report) if enabled else (None, None)
-    speedup = round(base / xla, 3) if base and xla else None
-    break_even = None
-    if base and xla and base > xla:
-        break_even = math.ceil(compile_s / ((base - xla) / 1000.0))
-    paid_back = (
-        None
-        if speedup is None
-        else bool(break_even is not None and steps >= break_even)
-    )
+    speedup, break_even, paid_back = payback(base, xla, compile_s, steps)
     low, high = speedup_range(report) if speedup is not None else (None,) * 2
     if low is not None and high is not None and low <= 1.0 <= high:
         # Within the noise: it paid off only if even the range's top
@@ -84,7 +76,7 @@ def build(report: XLAReport) -> Verdict:
         break_even_steps=break_even,
         paid_back=paid_back,
         headline="",
-        next_steps=[],
+        next_steps=next_steps(report, base, xla, steps, compile_s, wait_ms),
         train_steps=steps,
         speedup_low=low,
         speedup_high=high,
@@ -92,11 +84,23 @@ def build(report: XLAReport) -> Verdict:
         input_share=figures.share(wait_ms, xla),
         compute_speedup=compute,
     )
-    verdict.next_steps = next_steps(
-        report, base, xla, steps, compile_s, wait_ms
-    )
     verdict.headline = headline(report, verdict)
     return verdict
+
+
+def payback(
+    base: float | None, xla: float | None, compile_s: float, steps: int
+) -> tuple[float | None, int | None, bool | None]:
+    """`(speedup, break-even steps, paid back)` of an XLA step of `xla` ms
+    against a no-XLA step of `base` ms, with `compile_s` seconds of
+    compiling, over `steps` steps; all None unless both were measured."""
+    if not (base and xla):
+        return None, None, None
+    break_even = None
+    if base > xla:
+        break_even = math.ceil(compile_s / ((base - xla) / 1000.0))
+    paid_back = break_even is not None and steps >= break_even
+    return round(base / xla, 3), break_even, paid_back
 
 
 def against_run(
