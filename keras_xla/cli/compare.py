@@ -69,12 +69,8 @@ class Configuration:
     def label(self) -> str:
         if self.default:
             return "the script's default"
-        parts = []
-        if self.backend:
-            parts.append(BACKEND_NAMES[self.backend])
-        if self.jit:
-            parts.append(JIT_NAMES[self.jit])
-        return " ".join(parts)
+        names = BACKEND_NAMES.get(self.backend), JIT_NAMES.get(self.jit)
+        return " ".join(name for name in names if name)
 
     @property
     def slug(self) -> str:

@@ -52,7 +52,7 @@ def build(report: XLAReport) -> Verdict:
     base, xla = baseline_medians(report) if enabled else (None, None)
     speedup, break_even, paid_back = payback(base, xla, compile_s, steps)
     low, high = speedup_range(report) if speedup is not None else (None,) * 2
-    if low is not None and high is not None and low <= 1.0 <= high:
+    if within_noise(low, high):
         # Within the noise: it paid off only if even the range's top
         # could not have paid back, it did not; else nobody knows.
         best = best_case_break_even(base, high, compile_s)
@@ -160,8 +160,7 @@ def compile_dominates(
     steps = max(planned or 0, v.train_steps or 0)
     spent = f"Compiling took {v.compile_seconds:.1f} s"
     if v.speedup is not None:
-        noisy = v.speedup_low is not None and v.speedup_high is not None
-        noisy = noisy and v.speedup_low <= 1.0 <= v.speedup_high
+        noisy = within_noise(v.speedup_low, v.speedup_high)
         needed = v.break_even_steps
         if noisy:  # what the range's top would need
             needed = best_case_break_even(
@@ -200,6 +199,11 @@ def compile_dominates(
         "measured to say whether it does.",
         COMPILE_FIX + " Keep the tuner's baseline on to measure it.",
     )
+
+
+def within_noise(low: float | None, high: float | None) -> bool:
+    """Whether a speedup's range holds 1.0: XLA's effect is noise."""
+    return low is not None and high is not None and low <= 1.0 <= high
 
 
 def best_case_break_even(
@@ -291,11 +295,7 @@ def _headline(report: XLAReport, v: Verdict) -> str:
             f"whether it paid off is unknown: {why}."
         )
     times = f"{v.baseline_step_ms:.2f} -> {v.xla_step_ms:.2f} ms"
-    if (
-        v.speedup_low is not None
-        and v.speedup_high is not None
-        and v.speedup_low <= 1.0 <= v.speedup_high
-    ):
+    if within_noise(v.speedup_low, v.speedup_high):
         noise = (
             f"XLA's effect is within the noise of this run "
             f"({_speedup_text(v)}, {times} in the baseline windows)"
