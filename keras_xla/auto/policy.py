@@ -380,13 +380,11 @@ def slower(
     measured = [c for c in live if c in medians]
     if len(measured) < 2:
         return {}
-    out = {}
-    for c in measured:
-        if min(seconds[c]) > t.drop_factor * best:
-            out[c] = Drop.SLOWER
+    limit = t.drop_factor * best
+    out = {c: Drop.SLOWER for c in measured if min(seconds[c]) > limit}
     for c in live:
         guess = None if c in medians else predicted(c, candidates, medians, t)
-        if guess is not None and guess > t.drop_factor * best:
+        if guess is not None and guess > limit:
             out[c] = Drop.PREDICTED
     return out
 

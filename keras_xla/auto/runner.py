@@ -296,11 +296,9 @@ class TrialRunner:
         self._recalled: dict | None = None
         # A baseline trial measures, and then keeps the user's setting.
         self.keep = keep
-        # A baseline's windows may go on, a round at a time, up to this
-        # many calls while the speedup's range is not useful (0: never).
+        # A baseline's extra rounds and warm-up calls (`policy.BaselinePlan`'s
+        # `extend_to` and `warmup_calls`, given by `apply`).
         self.extend_to = 0
-        # Calls before the first window (a baseline's warm-up): trained
-        # with the first candidate, not measured.
         self.warmup = 0
         self._warming = False
         self.active: Candidate | None = None
