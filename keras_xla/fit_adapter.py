@@ -2,10 +2,11 @@
 each backend's `fit_adapter.py`.
 
 Setting the fit up, building and putting on the step functions of the
-model's configuration, the epoch's checks (the HLO analysis, a job's
-program fingerprints, the backend's own), giving the model back, and the
-backend's step log (which also counts the compilations since the guard's
-last look). Everything else, every rule included, is the owner's.
+model's configuration, the epoch's checks (the HLO analysis, the
+programs' fingerprints and memory, the backend's own), giving the model
+back, and the backend's step log (which also counts the compilations
+since the guard's last look). Everything else, every rule included, is
+the owner's.
 """
 
 from __future__ import annotations
@@ -115,9 +116,11 @@ class FitAdapter:
         compilation; findings where it could not be made."""
         raise NotImplementedError
 
-    def fingerprint(self, stats: Any, records: list) -> list:
-        """In a job: the epoch's train compilations' program fingerprints,
-        where they cost no compilation (the job report compares them)."""
+    def programs(self, compilations: list) -> None:
+        """Fills each train `Compilation`'s program `fingerprint` (a job's
+        report compares them) and `program_bytes` (the bucket choice
+        keeps within the device's memory), where they cost no
+        compilation."""
         raise NotImplementedError
 
     def epoch_checks(

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import logging
 import time
 import weakref
@@ -34,7 +35,16 @@ from keras_xla.auto import runner as auto_runner
 from keras_xla.auto.model_state import ModelState
 from keras_xla.auto.policy import AUTO, Candidate, Status
 from keras_xla.auto.runner import Decided, Measured, Next, TrialRunner
-from keras_xla.core import buckets, files, lints, render, summaries, workers
+from keras_xla.core import (
+    accounting,
+    buckets,
+    files,
+    hardware,
+    lints,
+    render,
+    summaries,
+    workers,
+)
 from keras_xla.core import findings as codes
 from keras_xla.core import guard as guard_lib
 from keras_xla.core import job as job_lib
@@ -129,6 +139,8 @@ class FitOwner:
         # After a fallback: the shapes it ran without XLA that XLA had
         # not compiled (each a compilation avoided).
         self._avoided: set[tuple] = set()
+        # The bucket plan's measured program bytes, by size.
+        self._bucket_bytes: dict[int, int] = {}
         self._train_began: float | None = None
         self._train_seconds = 0.0
         self._hlo_done = False
@@ -487,21 +499,28 @@ class FitOwner:
             self._observe(records)
             if self.report.guard is not None:
                 switch = self.adapter.switch
-                compiled = (
-                    switch.compiled["train"]
-                    if switch is not None
-                    else {
-                        guard_lib.shapes_key(c.shapes)
-                        for c in self.report.compile_log
-                        if c.function == "train"
-                    }
-                )
+                compiled = {
+                    guard_lib.shapes_key(c.shapes)
+                    for c in self.report.compile_log
+                    if c.function == "train"
+                }
                 guard_lib.count_avoided(
-                    self.report.guard, records, compiled, epoch, self._avoided
+                    self.report.guard,
+                    records,
+                    functools.partial(switch.knows, "train")
+                    if switch is not None
+                    else lambda sig: guard_lib.signature_key(sig) in compiled,
+                    epoch,
+                    self._avoided,
                 )
                 if isinstance(switch, BucketSwitch):
                     self.report.guard.edges = list(switch.edges)
                     self.report.guard.grown = list(switch.grown)
+                    if self._bucket_bytes:
+                        self.report.guard.edge_bytes = [
+                            buckets.projected_bytes(self._bucket_bytes, edge)
+                            for edge in switch.edges
+                        ]
                     switch.mark_planned(
                         records, self.report.guard.off_from, epoch
                     )
@@ -546,7 +565,7 @@ class FitOwner:
         # model, until it gave a section or said why not.
         hlo = not (self._hlo_done or interrupted)
         hlo = hlo and bool(self.settings.analyze_hlo) and self._xla_trains()
-        checks = [self.adapter.fingerprint] if self.worker else []
+        checks = [] if interrupted else [self._programs]
         checks += [self.adapter.analyze_hlo] if hlo else []
         checks += self.adapter.epoch_checks(interrupted)
         if not interrupted:
@@ -566,6 +585,14 @@ class FitOwner:
     def _apply(self, check: Callable, stats: Any, records: list) -> None:
         for code, message, fix in check(stats, records):
             self.book.add(code, message, fix)
+
+    def _programs(self, stats: Any, records: list) -> list[tuple]:
+        """The epoch's train programs' fingerprints and memory, into the
+        compile log (`FitAdapter.programs`)."""
+        epoch = [c for c in self.report.compile_log if c.epoch == stats.epoch]
+        if epoch:
+            self.adapter.programs(epoch)
+        return []
 
     def _lints(self, stats: Any, records: list) -> list[tuple]:
         """The epoch's lints (`core.lints`) on its figures."""
@@ -600,6 +627,7 @@ class FitOwner:
         window running ends: XLA's side of it is the storm)."""
         looking = self.guard.storm is None and self._xla_trains()
         seen = self._compiled_in_last_call() if looking else None
+        records: list = []
         if seen is not None:
             self._train_seconds = 0.0
             self.log.close(time.perf_counter())  # the last call ended
@@ -612,7 +640,7 @@ class FitOwner:
         if self.guard.storm is not None and self.report.guard is None:
             if self.trial is not None:
                 self._abandon_trial(GUARD_REASON)
-            self._act_on_storm(self.guard.storm, batch, records or [])
+            self._act_on_storm(self.guard.storm, batch, records)
 
     def _compiled_in_last_call(self) -> int | None:
         """The backend's count of the last train call's compilations,
@@ -713,14 +741,7 @@ class FitOwner:
         signature = last[-1][0] if last else None
         plan, why = bucket_check.plan(self.model, signature, storm)
         if plan is None:
-            message = (
-                "on_recompile_storm='bucket' did not pad "
-                f"{guard_lib.where(storm)}: {why}. New shapes run without "
-                "XLA instead (per shape)."
-            )
-            place = ("train", storm.input, storm.dim)
-            fix = bucket_check.FIX
-            self.book.add(codes.BUCKET_REFUSED, message, fix, place)
+            self._refuse_bucket(storm, why)
             return None
         sizes = collections.Counter(
             x_size(step[0], plan["dim"])
@@ -728,16 +749,59 @@ class FitOwner:
             for step in r.signatures
         )
         sizes.pop(None, None)
+        measured = self._program_bytes(records, plan["dim"])
+        limit = hardware.memory_limit(backends.device_infos())
+        largest = buckets.largest_fitting(measured, limit)
+        if largest is not None and min(sizes) > largest:
+            self._refuse_bucket(
+                storm,
+                f"no size of it fits the device's memory: a program of "
+                f"size {min(sizes)} needs about "
+                f"{render.size(buckets.projected_bytes(measured, min(sizes)))}"
+                f" of {render.size(limit)}",
+            )
+            return None
         choice = buckets.choose_for_run(
             sizes,
             remaining,
             storm.compile_seconds / max(storm.recompilations, 1),
             self.guard.typical_seconds or 0.0,
+            largest,
         )
         storm.edges = list(choice.edges)
         storm.padding_share = choice.padding_share
         storm.bucket_saved_seconds = choice.saved_seconds
-        return {**plan, "edges": list(choice.edges)}
+        storm.memory_limit_bytes, storm.largest_fitting = limit, largest
+        self._bucket_bytes = measured
+        if measured:
+            storm.edge_bytes = [
+                buckets.projected_bytes(measured, edge) for edge in choice.edges
+            ]
+        return {**plan, "edges": list(choice.edges), "largest": largest}
+
+    def _program_bytes(self, records: list, dim: int) -> dict[int, int]:
+        """The memory of the programs the storm's train calls compiled, by
+        the size of `x`'s dimension `dim` (`FitAdapter.programs`)."""
+        compiled = [
+            accounting.compilation("train", self.accountant.epoch, r, i, rep)
+            for r in records
+            for i, rep in r.new
+        ]
+        self.adapter.programs(compiled)
+        return {
+            c.shapes["x"][dim]: c.program_bytes
+            for c in compiled
+            if c.program_bytes and len(c.shapes.get("x", ())) > dim
+        }
+
+    def _refuse_bucket(self, storm: Any, why: str) -> None:
+        """The `bucket-refused` finding: the guard runs per shape."""
+        message = (
+            f"on_recompile_storm='bucket' did not pad {guard_lib.where(storm)}"
+            f": {why}. New shapes run without XLA instead (per shape)."
+        )
+        place = ("train", storm.input, storm.dim)
+        self.book.add(codes.BUCKET_REFUSED, message, bucket_check.FIX, place)
 
 
 def _worker(model: Any) -> workers.Worker | None:

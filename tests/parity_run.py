@@ -27,7 +27,8 @@ scenarios as one JSON object on the last line.
   untouched; `per_shape` keeps XLA for the lengths it compiled before
   its storm and runs new ones without XLA; `bucket` pads to buckets a
   pooled model and one with a label per token, both masked, and refuses
-  an unmasked one.
+  an unmasked one; `bucket_memory` pads on a device whose memory holds
+  the programs of lengths up to 30 only.
 """
 
 import functools
@@ -246,12 +247,39 @@ def guarded(
         raised=raised,
         compiled_at=[c.step for c in report.compile_log],
         compiled_shapes=[[c.step, c.shapes] for c in report.compile_log],
+        program_bytes=[c.program_bytes for c in report.compile_log],
         weights_apart=apart,
         jit_enabled=report.jit.enabled,
         xla_written=written,
         lengths=list(lengths),
         losses=[losses, plain_losses],
     )
+
+
+def memory_limited(log_dir, width, lengths, **tuner_args):
+    """`guarded` on the masked model, on a device whose memory holds the
+    program of length 30 and not of 31: the limit is made from the
+    programs a probe fit of the same model compiled for lengths 8 and 30
+    (their bytes, as XLA assigned them)."""
+    from keras_xla import backends
+    from keras_xla.core import buckets
+    from keras_xla.core.hardware import DeviceInfo
+
+    probe = masked(width)
+    tuner = keras_xla.XLATuner(verbose=0, baseline=False, analyze_hlo=False)
+    probe.fit(Lengths([8, 30]), shuffle=False, verbose=0, callbacks=[tuner])
+    at = {c.shapes["x"][1]: c.program_bytes for c in tuner.report.compile_log}
+    per_unit = (at[30] - at[8]) / 22
+    limit = int((at[30] + per_unit / 2) / buckets.MEMORY_SHARE)
+    listed = backends.device_infos
+    backends.device_infos = lambda devices=None: [
+        DeviceInfo("CPU", "limited", None, limit)
+    ]
+    try:
+        out = guarded(log_dir, width, lengths, model="masked", **tuner_args)
+    finally:
+        backends.device_infos = listed
+    return {**out, "probe_bytes": at, "limit": limit}
 
 
 def xla_written():
@@ -324,6 +352,12 @@ def main(log_dir):
     ):
         sub = os.path.join(log_dir, name)
         out[name] = guarded(sub, width, lengths, **args)
+    from keras_xla import backends
+    from keras_xla.core import hardware
+
+    out["device_memory"] = hardware.memory_limit(backends.device_infos())
+    sub = os.path.join(log_dir, "bucket_memory")
+    out["bucket_memory"] = memory_limited(sub, 14, BUCKETED, **BUCKET)
     print(json.dumps(out))
 
 

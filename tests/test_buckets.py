@@ -86,3 +86,26 @@ def test_a_runs_edges_scale_its_sizes_to_the_calls_left():
     # 3000 calls padded by 10 units would cost 15 s: two edges pay.
     assert many.edges == (10, 20)
     assert many.unbucketed_seconds == 2.0
+
+
+def test_memory_projects_from_the_programs_measured():
+    from keras_xla.core import buckets
+
+    # 1000 bytes of weights, 50 a unit of the dimension.
+    measured = {20: 2000, 40: 3000, 60: 4000}
+    assert buckets.memory_line(measured) == (1000.0, 50.0)
+    assert buckets.projected_bytes(measured, 100) == 6000
+    # 90% of 10,000 bytes holds 8,000 of activations: 160 units.
+    assert buckets.largest_fitting(measured, 10_000) == 160
+    # One program measured: all of it grows with the size (cautious).
+    assert buckets.largest_fitting({50: 5000}, 10_000) == 90
+    # Nothing limits: no limit, nothing measured, flat memory.
+    assert buckets.largest_fitting(measured, None) is None
+    assert buckets.largest_fitting({}, 10_000) is None
+    assert buckets.largest_fitting({20: 900, 40: 900}, 10_000) is None
+    # Sizes above the largest are left out of the run's edges.
+    sizes = {20: 5, 40: 5, 60: 5, 90: 2}
+    choice = buckets.choose_for_run(sizes, 30, 2.0, 0.01, largest=70)
+    assert max(choice.edges) <= 70 and 60 in choice.edges
+    with pytest.raises(ValueError, match="program_bytes"):
+        buckets.memory_line({})

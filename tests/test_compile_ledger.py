@@ -124,6 +124,37 @@ def test_read_modules_rejects_what_is_not_an_entry(tmp_path):
         cache_entry.read_modules(str(path))
 
 
+def _field(number: int, payload) -> bytes:
+    """A protobuf field: a varint for an int, else length-delimited."""
+
+    def varint(n: int) -> bytes:
+        out = b""
+        while n > 0x7F:
+            out += bytes([n & 0x7F | 0x80])
+            n >>= 7
+        return out + bytes([n])
+
+    if isinstance(payload, int):
+        return varint(number << 3) + varint(payload)
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def test_program_bytes_sums_the_buffer_allocations():
+    # An entry: field 3 the executable, its field 2 the buffer
+    # assignment, whose allocations (field 3) have a size (field 2); a
+    # thread-local one (field 3) is not memory the program holds.
+    allocations = [
+        _field(2, 1 << 20),
+        _field(1, 1) + _field(2, 4096),
+        _field(2, 512) + _field(3, 1),
+    ]
+    assignment = b"".join(_field(3, a) for a in allocations)
+    executable = _field(1, _field(1, b"")) + _field(2, assignment)
+    entry = _field(2, b"") + _field(3, executable)
+    assert cache_entry.program_bytes(entry) == (1 << 20) + 4096
+    assert cache_entry.program_bytes(_field(2, b"")) is None
+
+
 LATE = """
 import os, sys, warnings
 import numpy as np, tensorflow as tf

@@ -107,9 +107,8 @@ class StubAdapter(FitAdapter):
         self.asked.append("analyze_hlo")
         return []
 
-    def fingerprint(self, stats, records):
-        self.asked.append("fingerprint")
-        return []
+    def programs(self, compilations):
+        self.asked.append("programs")
 
     def epoch_checks(self, interrupted):
         def label_cache(stats, records):
@@ -148,10 +147,12 @@ def test_the_backend_is_asked_in_order_and_the_hlo_analysis_once():
     fit.end()
     asked = fit.adapter.asked
     # Set up, its step functions put on (no trial), then each epoch's
-    # checks: the HLO analysis until it gave a section or said why not
-    # (the stub says nothing: it is asked again), then the model back.
+    # checks: its compilations' programs (the first epoch compiled), the
+    # HLO analysis until it gave a section or said why not (the stub says
+    # nothing: it is asked again), then the model back.
     assert asked[:2] == ["setup", ("put", False, False)]
     assert asked[2:] == [
+        "programs",
         "analyze_hlo",
         ("epoch_checks", False),
         "analyze_hlo",

@@ -2,12 +2,15 @@
 records: the budget, shapes that do not repeat, and compiling that costs
 more than XLA saved. The fits on both backends are in test_parity.py."""
 
+import functools
+
 import pytest
 
 from keras_xla.core import guard as guard_lib
 from keras_xla.core.accounting import detect_compilations
 from keras_xla.core.guard import RecompileGuard
 from keras_xla.core.report import GuardSection
+from keras_xla.core.shape_switch import ShapeSwitch
 from keras_xla.core.signatures import (
     Signature,
     SignatureTracker,
@@ -184,7 +187,10 @@ def test_per_shape_counts_each_side_and_what_it_avoided():
     for step, r in enumerate(records):
         r.first_step, r.seconds = step + 8, 0.01 if lengths[step] < 20 else 0.1
     avoided = set()
-    guard_lib.count_avoided(storm, records, compiled, 0, avoided)
+    known = ShapeSwitch({"train": compiled})
+    guard_lib.count_avoided(
+        storm, records, functools.partial(known.knows, "train"), 0, avoided
+    )
     assert (storm.xla_steps, storm.plain_steps) == (2, 3)
     assert storm.xla_seconds == pytest.approx(0.02)
     assert storm.plain_seconds == pytest.approx(0.3)
@@ -261,3 +267,41 @@ def test_bucket_pads_to_its_edge_and_weights_out_the_padded_labels():
         "train", lambda: (x, np.ones((2, 1))), lambda d, v: v, None
     )
     assert ran == (0, 1)
+    # Memory caps the edges: a grown edge stays within `largest`, and a
+    # size above it is not padded (it runs per shape).
+    capped = BucketSwitch({"train": set()}, 1, [8], 0, False, largest=9)
+    assert capped.pad((np.ones((2, 9)), np.ones((2, 1))))[0].shape == (2, 9)
+    assert capped.grown == [9]
+    assert capped.pad((np.ones((2, 12)), np.ones((2, 1)))) is None
+    plain = capped.dispatch(
+        "train",
+        lambda: (np.ones((2, 12)), np.ones((2, 1))),
+        None,
+        lambda d, v: ("plain", v),
+    )
+    assert plain == ("plain", None)
+
+
+def test_the_bucket_line_says_its_edges_and_their_memory():
+    from keras_xla.core import render
+
+    storm = GuardSection(
+        action="bucket", budget=8, epoch=0, step=9, recompilations=9,
+        compile_seconds=4.5, saved_seconds=0.0, window=10, compiled=9,
+        input="x", dim=1, off_from=[0, 10], edges=[20, 30], grown=[30],
+        padding_share=0.25, bucket_saved_seconds=3.0,
+        edge_bytes=[3 << 20, 5 << 20], memory_limit_bytes=8 << 30,
+        largest_fitting=50,
+    )  # fmt: skip
+    lines = render.guard_line(storm)
+    assert lines[0].endswith(
+        "from epoch 0, step 10 padded up to [20, 30] (grown: [30]), 25% "
+        "padding, about 3.0 s saved."
+    )
+    assert lines[1] == (
+        "  Memory: the largest edge's program about 5.0 MiB of the "
+        "device's 8.0 GiB; sizes above 50 would not fit and run per shape."
+    )
+    # A cap far above the edges is not worth a word.
+    storm.largest_fitting = 10_000
+    assert render.guard_line(storm)[1].endswith("of the device's 8.0 GiB.")

@@ -21,5 +21,10 @@ def test_tensorflows_device_infos_accept_physical_devices():
     infos = environment.device_infos(
         [cpu, hardware.DeviceInfo("GPU", "/gpu:0", (8, 0))]
     )
-    assert infos[0] == hardware.DeviceInfo("CPU", cpu.name, None)
+    # A CPU's programs can use the machine's memory.
+    memory = hardware.host_memory_bytes()
+    assert memory > 1 << 28
+    assert infos[0] == hardware.DeviceInfo("CPU", cpu.name, None, memory)
     assert infos[1].compute_capability == (8, 0)
+    assert hardware.memory_limit(infos) == memory
+    assert hardware.memory_limit([infos[1]]) is None

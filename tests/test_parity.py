@@ -339,6 +339,61 @@ def test_bucket_pads_to_the_chosen_edges_and_keeps_the_result(runs):
     assert tf_run["step"] == jax_run["step"]
 
 
+def test_the_compile_log_keeps_each_program_memory(runs):
+    for r in runs:
+        # Every train compilation's program, as XLA assigned its memory:
+        # a longer batch's program is larger.
+        run = r["bucket_refused"]
+        sizes = [s["x"][1] for _, s in run["compiled_shapes"]]
+        memory = run["program_bytes"]
+        assert all(isinstance(b, int) and b > 0 for b in memory)
+        by_size = sorted(zip(sizes, memory))
+        assert [b for _, b in by_size] == sorted(b for _, b in by_size)
+        assert by_size[-1][1] > by_size[0][1]
+
+
+def test_bucket_keeps_each_program_within_the_device_memory(runs):
+    from keras_xla.core import buckets, hardware
+
+    # Both backends see this machine's memory for the CPU's programs,
+    # and the guard planned within it.
+    memory = hardware.host_memory_bytes()
+    for r in runs:
+        assert r["device_memory"] == memory
+        assert r["bucket"]["guard"]["memory_limit_bytes"] == memory
+    for r in runs:
+        run = r["bucket_memory"]
+        guard = run["guard"]
+        assert guard["action"] == "bucket"
+        step = guard["off_from"][1]
+        # The largest length that fits is the one the device was made to
+        # hold, projected from the programs the storm compiled.
+        measured = {
+            s["x"][1]: b
+            for (at, s), b in zip(run["compiled_shapes"], run["program_bytes"])
+            if at < step
+        }
+        largest = buckets.largest_fitting(measured, run["limit"])
+        assert guard["largest_fitting"] == largest
+        assert guard["memory_limit_bytes"] == run["limit"]
+        assert 28 <= largest <= 32
+        assert max(guard["edges"]) <= largest
+        assert all(
+            b <= run["limit"] * buckets.MEMORY_SHARE
+            for b in guard["edge_bytes"]
+        )
+        # Longer batches ran without XLA and compiled nothing; every step
+        # trained, to the unpadded no-XLA fit's weights.
+        after = [s["x"][1] for at, s in run["compiled_shapes"] if at >= step]
+        assert after and max(after) <= largest
+        assert guard["plain_steps"] == sum(
+            n > largest for n in run["lengths"][step:]
+        )
+        assert guard["plain_steps"] > 0
+        assert run["steps"] == len(run["lengths"])
+        assert run["weights_apart"] < 1e-5
+
+
 def test_a_few_buckets_under_the_budget_are_untouched(runs):
     for r in runs:
         buckets = r["buckets"]

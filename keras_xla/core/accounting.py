@@ -104,6 +104,31 @@ def detect_cluster_compilations(
     return records
 
 
+def compilation(
+    function: str,
+    epoch: int,
+    record: StepRecord,
+    index: int,
+    replica: int,
+    seconds: float = 0.0,
+) -> Compilation:
+    """The `Compilation` of `record`'s step `index` on `replica` (one of
+    its `new`), at `seconds` of compiling."""
+    sig = record.signatures[index][replica]
+    return Compilation(
+        function=function,
+        epoch=epoch,
+        step=record.first_step + index,
+        shapes={t.path: list(t.shape) for t in sig.tensors},
+        dtypes={t.path: t.dtype for t in sig.tensors},
+        compile_seconds=figures.rounded(seconds),
+        first=not record.previous.get((index, replica)),
+        started_at=round(record.started_at, 6),
+        replica=replica,
+        finished_at=round(record.started_at + record.seconds, 6),
+    )
+
+
 class Accountant:
     """Fills an `XLAReport` from step records, epoch by epoch.
 
@@ -169,19 +194,8 @@ class Accountant:
                 sig = record.signatures[index][replica]
                 previous = record.previous.get((index, replica), ())
                 self.report.compile_log.append(
-                    Compilation(
-                        function=function,
-                        epoch=self.epoch,
-                        step=record.first_step + index,
-                        shapes={t.path: list(t.shape) for t in sig.tensors},
-                        dtypes={t.path: t.dtype for t in sig.tensors},
-                        compile_seconds=figures.rounded(seconds),
-                        first=not previous,
-                        started_at=round(record.started_at, 6),
-                        replica=replica,
-                        finished_at=round(
-                            record.started_at + record.seconds, 6
-                        ),
+                    compilation(
+                        function, self.epoch, record, index, replica, seconds
                     )
                 )
                 if not previous:

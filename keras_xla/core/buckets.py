@@ -10,7 +10,9 @@ need, at the step's measured time per unit of the dimension
 (`step_ms / size`: a step's time grows with its length). The sizes'
 counts say how often each comes (the run's histogram so far, scaled to
 the steps left). An edge whose program would not fit the device's memory
-(`largest`) is not chosen.
+(`largest`) is not chosen: `largest_fitting` projects a program's bytes
+at a size from the programs measured (`memory_line`: fixed weights plus
+activations that grow with the size).
 
 The best edges are a partition of the sorted sizes into runs, each
 padded to its largest: an exact dynamic program over the distinct sizes.
@@ -23,6 +25,10 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from collections.abc import Mapping
+
+# The share of a device's memory one program may plan to use: the rest
+# is the allocator's, the data's and the other programs' live buffers.
+MEMORY_SHARE = 0.9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,11 +151,15 @@ def choose_for_run(
     remaining_calls: int | None,
     compile_seconds: float,
     step_seconds: float,
+    largest: int | None = None,
 ) -> BucketChoice:
     """The edges for the rest of a fit, from the sizes its calls ran so
     far (`sizes`: size -> calls), scaled to the `remaining_calls` (as
     many again where unknown), at one compilation's measured seconds and
-    the typical step's (`step_seconds`, at the median size)."""
+    the typical step's (`step_seconds`, at the median size); within
+    `largest` (`largest_fitting`: sizes above it are not bucketed)."""
+    if largest is not None:
+        sizes = {size: n for size, n in sizes.items() if size <= largest}
     seen = sum(sizes.values())
     scale = remaining_calls / max(seen, 1) if remaining_calls else 1.0
     every = [size for size, n in sizes.items() for _ in range(n)]
@@ -158,4 +168,51 @@ def choose_for_run(
         {size: n * scale for size, n in sizes.items()},
         compile_seconds,
         step_seconds * 1000.0 / max(median, 1),
+        largest=largest,
     )
+
+
+def memory_line(program_bytes: Mapping[int, int]) -> tuple[float, float]:
+    """`(fixed, per_unit)` bytes of a program at a size of the dimension,
+    through the measured programs (`program_bytes`: size -> bytes; least
+    squares): the weights do not grow with the size, the activations do.
+    One size measured: all of it grows with the size (the cautious
+    line)."""
+    points = [(s, b) for s, b in program_bytes.items() if s > 0 and b]
+    if not points:
+        raise ValueError(
+            f"memory_line(program_bytes={dict(program_bytes)!r}): pass "
+            "at least one size with its program's bytes."
+        )
+    n = len(points)
+    mean_s = sum(s for s, _ in points) / n
+    mean_b = sum(b for _, b in points) / n
+    spread = sum((s - mean_s) ** 2 for s, _ in points)
+    if not spread:
+        return 0.0, mean_b / mean_s
+    per_unit = sum((s - mean_s) * (b - mean_b) for s, b in points) / spread
+    return mean_b - per_unit * mean_s, per_unit
+
+
+def projected_bytes(program_bytes: Mapping[int, int], size: int) -> int:
+    """A program's bytes at `size`, on `memory_line`."""
+    fixed, per_unit = memory_line(program_bytes)
+    return int(fixed + per_unit * size)
+
+
+def largest_fitting(
+    program_bytes: Mapping[int, int],
+    limit: int | None,
+    share: float = MEMORY_SHARE,
+) -> int | None:
+    """The largest size whose program fits `share` of `limit` bytes (the
+    rest is the allocator's and the other live buffers'), on
+    `memory_line`; None where nothing limits it (no limit, nothing
+    measured, or memory that does not grow with the size)."""
+    points = {s: b for s, b in program_bytes.items() if s > 0 and b}
+    if not limit or not points:
+        return None
+    fixed, per_unit = memory_line(points)
+    if per_unit <= 0:
+        return None
+    return max(int((limit * share - fixed) // per_unit), 0)

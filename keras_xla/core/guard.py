@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 from keras_xla.core.sections import GuardSection
@@ -80,18 +81,20 @@ def signature_key(signature: Any) -> tuple:
 def count_avoided(
     storm: GuardSection,
     records: list,
-    compiled: set[tuple],
+    knows: Callable[[Any], bool],
     epoch: int,
     avoided: set[tuple],
 ) -> None:
-    """After a fallback (whole or per shape), what it avoided, measured:
-    the shapes the train `records` of `epoch` ran without XLA from
-    `off_from` on that XLA's step had not compiled (`compiled`:
-    `shapes_key`s) join `avoided`, each a compilation the fit would
-    have made with XLA on, at the storm's mean compile time. The storm's
-    `projected_*` then say that, no longer the rate's guess. Per shape,
-    the steps each side ran and their seconds are added up too."""
-    if storm.action not in OFF_ACTIONS or not storm.off_from:
+    """After the guard acted, what it did, measured on the train `records`
+    of `epoch` from `off_from` on. `knows(signature)`: whether XLA's step
+    ran that step (it had compiled the shapes before the storm, or the
+    bucket switch padded them to an edge). A fallback's (whole or per
+    shape) shapes XLA did not know join `avoided`, each a compilation
+    the fit would have made with XLA on, at the storm's mean compile
+    time: the storm's `projected_*` then say that, no longer the rate's
+    guess. Per shape and bucketed, the steps each side ran and their
+    seconds are added up too."""
+    if storm.action not in ACTING or not storm.off_from:
         return
     off_epoch, off_step = storm.off_from
     if epoch < off_epoch:
@@ -99,19 +102,25 @@ def count_avoided(
     for record in records:
         if epoch == off_epoch and record.first_step < off_step:
             continue
-        keys = [signature_key(step[0]) for step in record.signatures]
-        avoided.update(k for k in keys if k not in compiled)
-        if storm.action != "per_shape" or not keys:
+        known = [knows(step[0]) for step in record.signatures]
+        if storm.action in OFF_ACTIONS:
+            avoided.update(
+                signature_key(step[0])
+                for step, xla in zip(record.signatures, known)
+                if not xla
+            )
+        if storm.action == "fallback" or not known:
             continue
-        if keys[0] in compiled:  # one batch per call: one side
+        if known[0]:  # one batch per call: one side
             storm.xla_steps += record.steps
             storm.xla_seconds = round(storm.xla_seconds + record.seconds, 4)
         else:
             storm.plain_steps += record.steps
             storm.plain_seconds = round(storm.plain_seconds + record.seconds, 4)
-    each = storm.compile_seconds / max(storm.recompilations, 1)
-    storm.projected_compilations = float(len(avoided))
-    storm.projected_seconds = round(len(avoided) * each, 2)
+    if storm.action in OFF_ACTIONS:
+        each = storm.compile_seconds / max(storm.recompilations, 1)
+        storm.projected_compilations = float(len(avoided))
+        storm.projected_seconds = round(len(avoided) * each, 2)
 
 
 def dimensions(storm: GuardSection) -> str:

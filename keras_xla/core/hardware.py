@@ -11,6 +11,7 @@ capability 8.0 and newer, on TPUs, and on CPUs with `avx512_bf16` or
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterable
 
 from keras_xla.core import cache_home
@@ -22,11 +23,28 @@ PROC_CPUINFO = "/proc/cpuinfo"
 
 @dataclasses.dataclass
 class DeviceInfo:
-    """A device: `"CPU"`, `"GPU"` or `"TPU"`; a GPU's `(major, minor)`."""
+    """A device: `"CPU"`, `"GPU"` or `"TPU"`; a GPU's `(major, minor)`;
+    the memory its programs can use, in bytes (None: unknown)."""
 
     device_type: str
     name: str = ""
     compute_capability: tuple[int, int] | None = None
+    memory_bytes: int | None = None
+
+
+def host_memory_bytes() -> int | None:
+    """This machine's physical memory (a CPU device's), None if unknown."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def memory_limit(devices: Iterable[DeviceInfo]) -> int | None:
+    """The least memory among `devices` whose memory is known: what one
+    program of a step that runs on each of them can use."""
+    known = [d.memory_bytes for d in devices if d.memory_bytes]
+    return min(known) if known else None
 
 
 def _cpuinfo_field(path: str, keys: tuple[str, ...]) -> str | None:

@@ -110,6 +110,16 @@ def number(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def size(count: float | None) -> str:
+    """A number of bytes in KiB, MiB or GiB; `-` for a missing one."""
+    if count is None:
+        return "-"
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if count >= 1 << shift:
+            return f"{count / (1 << shift):.1f} {unit}"
+    return f"{count:.0f} B"
+
+
 def format_table(rows: list[tuple[str, ...]]) -> list[str]:
     """Left-aligns the first column and right-aligns the others."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -186,11 +196,26 @@ def guard_line(guard) -> list[str]:
             ]
         if g.action == "bucket":
             grown = f" (grown: {g.grown})" if g.grown else ""
-            return [
+            lines = [
                 f"{found}: from epoch {epoch}, step {step} padded up to "
                 f"{g.edges}{grown}, {g.padding_share:.0%} padding, about "
                 f"{g.bucket_saved_seconds:.1f} s saved."
             ]
+            if g.edge_bytes:
+                # The memory's cap, where it is within reach of the edges.
+                near = g.largest_fitting is not None and g.edges
+                above = (
+                    f"; sizes above {g.largest_fitting} would not fit and "
+                    "run per shape"
+                    if near and g.largest_fitting < 2 * max(g.edges)
+                    else ""
+                )
+                lines.append(
+                    f"  Memory: the largest edge's program about "
+                    f"{size(max(g.edge_bytes))} of the device's "
+                    f"{size(g.memory_limit_bytes)}{above}."
+                )
+            return lines
         return [
             f"{found}: from epoch {epoch}, step {step} XLA ran the "
             f"{g.kept_shapes} shapes it compiled, new ones ran without "

@@ -131,6 +131,9 @@ class Compilation:
     fingerprint: str | None = None
     # Each input's dtype, by path (None: not recorded).
     dtypes: dict | None = None
+    # The program's memory as XLA assigned it (arguments, outputs and
+    # temporaries, in bytes; None: the backend could not read it).
+    program_bytes: int | None = None
 
 
 @dataclasses.dataclass

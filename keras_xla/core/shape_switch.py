@@ -90,8 +90,9 @@ class BucketSwitch(ShapeSwitch):
     not): the loss, its gradients and weighted metrics are those of the
     unpadded batch (measured: weights within 1e-7 after a step). A size
     above the largest edge grows a new one (`grown`), a quarter above the
-    old. A batch the plan does not fit (another structure, its own
-    `sample_weight`) runs per shape.
+    old, within `largest`. A batch the plan does not fit (another
+    structure, its own `sample_weight`, a size whose program would not
+    fit the device's memory) runs per shape.
 
     Args:
         compiled: As `ShapeSwitch`'s (for the batches run per shape).
@@ -100,6 +101,8 @@ class BucketSwitch(ShapeSwitch):
         pad_value: What `x` is padded with.
         labels: Whether `y` has the dimension (padded, weighted).
         masked_loss: Whether the loss divides by the mask's count.
+        largest: The largest size whose program fits the device's memory
+            (`buckets.largest_fitting`; None: no limit).
     """
 
     def __init__(
@@ -110,11 +113,12 @@ class BucketSwitch(ShapeSwitch):
         pad_value: Any,
         labels: bool,
         masked_loss: bool = False,
+        largest: int | None = None,
     ) -> None:
         super().__init__(compiled)
         self.dim, self.edges = dim, sorted(edges)
         self.pad_value, self.labels = pad_value, labels
-        self.masked_loss = masked_loss
+        self.masked_loss, self.largest = masked_loss, largest
         self.grown: list[int] = []
 
     def knows(self, function: str, signature: Any) -> bool:
@@ -135,13 +139,18 @@ class BucketSwitch(ShapeSwitch):
                 self.knows("train", step[0]) for step in record.signatures
             )
 
-    def edge(self, size: int) -> int:
-        """The edge a batch of `size` is padded to (grown if none)."""
+    def edge(self, size: int) -> int | None:
+        """The edge a batch of `size` is padded to (grown if none; None
+        above `largest`)."""
         for edge in self.edges:
             if edge >= size:
                 return edge
+        if self.largest is not None and size > self.largest:
+            return None
         top = self.edges[-1] if self.edges else size
         grown = max(size, top + -(-top // 4))
+        if self.largest is not None:
+            grown = min(grown, self.largest)
         self.edges.append(grown)
         self.grown.append(grown)
         return grown
@@ -158,6 +167,8 @@ class BucketSwitch(ShapeSwitch):
             return None
         size = int(x.shape[self.dim])
         edge = self.edge(size)
+        if edge is None:
+            return None
         x = _pad_to(np.asarray(x), self.dim, edge, self.pad_value)
         if not self.labels:
             return (x, y)

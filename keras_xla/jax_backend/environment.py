@@ -116,8 +116,22 @@ def device_infos(devices: Any = None) -> list:
         major, _, minor = text.partition(".")
         if kind == "GPU" and major.isdigit() and minor.isdigit():
             capability = (int(major), int(minor))
-        infos.append(DeviceInfo(kind, str(device), capability))
+        infos.append(DeviceInfo(kind, str(device), capability, _memory(device)))
     return infos
+
+
+def _memory(device: Any) -> int | None:
+    """What `device`'s programs can use: its allocator's limit (GPU,
+    TPU), the machine's memory for a CPU; None where unknown."""
+    from keras_xla.core.hardware import host_memory_bytes
+
+    try:
+        stats = device.memory_stats() or {}
+    except Exception:  # noqa: BLE001 - a device without statistics
+        stats = {}
+    if stats.get("bytes_limit"):
+        return int(stats["bytes_limit"])
+    return host_memory_bytes() if device.platform == "cpu" else None
 
 
 def precision_findings(model: Any) -> list[tuple]:

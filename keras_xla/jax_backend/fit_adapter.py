@@ -272,15 +272,17 @@ class JaxFitAdapter(FitAdapter):
             section.miss_median_seconds = median_seconds(compiled)
         return []
 
-    def fingerprint(self, stats, records) -> list:
-        """Each train compilation's program fingerprint, lowered again from
-        a batch of its shapes the tap kept (JAX's caches: no compilation);
-        one compiled on the no-XLA side of a window waits for XLA's."""
+    def programs(self, compilations: list) -> None:
+        """Each train compilation's program fingerprint and memory, lowered
+        again from a batch of its shapes the tap kept (JAX's caches: no
+        compilation); one compiled on the no-XLA side of a window waits
+        for XLA's."""
         jitted = hlo.jitted_step(self.model)
-        if jitted is None:
-            return []
-        state = None
-        for c in self.report.compile_log:
+        sharded = environment.device_count() > 1
+        state = jitted and hlo.state_specs(self.model, sharded)
+        if state is None:
+            return
+        for c in compilations:
             if c.function != "train" or c.fingerprint is not None:
                 continue
             data = next(
@@ -295,11 +297,7 @@ class JaxFitAdapter(FitAdapter):
             )
             if data is None:
                 continue
-            if state is None:
-                sharded = environment.device_count() > 1
-                state = hlo.state_specs(self.model, sharded)
-            c.fingerprint = hlo.fingerprint(jitted, state, data)
-        return []
+            c.fingerprint, c.program_bytes = hlo.program(jitted, state, data)
 
     def analyze_hlo(self, stats, records) -> list:
         """The train step's HLO from JAX's in-memory cache."""

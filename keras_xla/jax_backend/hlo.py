@@ -78,36 +78,62 @@ def _jitted(fn: Any, depth: int = 2) -> Any:
 
 
 def state_specs(model: Any, sharded: bool) -> Any:
-    """`ShapeDtypeStruct`s of the train step's state, from the model;
-    with their shardings only under a `keras.distribution` (`sharded`):
-    on one device the step was called with uncommitted arrays, and a
-    sharding in the specs would make another compilation."""
+    """`ShapeDtypeStruct`s of the train step's state, from the model's
+    variables (their values are Keras's loop's during an epoch: it holds
+    the state apart); with their shardings only under a
+    `keras.distribution` (`sharded`): on one device the step was called
+    with uncommitted arrays, and a sharding in the specs would make
+    another compilation. None where a sharding cannot be read now."""
     import jax
+    import jax.numpy as jnp
 
-    state = model._get_jax_state(
-        trainable_variables=True,
-        non_trainable_variables=True,
-        optimizer_variables=True,
-        metrics_variables=True,
+    def spec(v):
+        value = getattr(v, "_value", None)
+        if value is not None:
+            sharding = value.sharding if sharded else None
+            return jax.ShapeDtypeStruct(
+                value.shape, value.dtype, sharding=sharding
+            )
+        if sharded:
+            raise LookupError(v.path)
+        # As JAX holds it (an int64 is an int32 without x64).
+        dtype = jax.dtypes.canonicalize_dtype(jnp.dtype(v.dtype))
+        return jax.ShapeDtypeStruct(tuple(v.shape), dtype)
+
+    groups = (
+        model.trainable_variables,
+        model.non_trainable_variables,
+        model.optimizer.variables,
+        model.metrics_variables,
     )
-
-    def spec(a):
-        return jax.ShapeDtypeStruct(
-            a.shape,
-            a.dtype,
-            sharding=getattr(a, "sharding", None) if sharded else None,
-        )
-
-    return jax.tree_util.tree_map(spec, state)
+    try:
+        # The structure Keras passes its step (`_get_jax_state`'s).
+        return tuple([spec(v) for v in group] for group in groups)
+    except LookupError:
+        return None
 
 
-def fingerprint(jitted: Any, state: Any, data: Any) -> str:
-    """The fingerprint of the program `jitted` runs on `(state, data)`
-    specs: a hash of its lowered module's text (without locations, so the
-    same program has the same one on every machine). Lowering compiles
-    nothing."""
-    text = jitted.lower(state, data).as_text()
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+def program(jitted: Any, state: Any, data: Any) -> tuple[str, int | None]:
+    """The fingerprint and the memory of the program `jitted` runs on
+    `(state, data)` specs. The fingerprint is a hash of its lowered
+    module's text (without locations, so the same program has the same
+    one on every machine); the memory is what XLA assigned it
+    (`memory_analysis()`: arguments, outputs and temporaries, less the
+    outputs that reuse an argument's buffer). A program the step
+    compiled comes from JAX's cache: nothing compiles."""
+    lowered = jitted.lower(state, data)
+    text = lowered.as_text()
+    fingerprint = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    memory = lowered.compile().memory_analysis()
+    if memory is None:
+        return fingerprint, None
+    total = (
+        memory.argument_size_in_bytes
+        + memory.output_size_in_bytes
+        + memory.temp_size_in_bytes
+        - memory.alias_size_in_bytes
+    )
+    return fingerprint, int(total) or None
 
 
 def parse_computations(text: str) -> tuple[str | None, dict[str, list]]:

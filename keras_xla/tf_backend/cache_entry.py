@@ -2,8 +2,11 @@
 file system (`ram://`) or on disk, and the HLO modules inside.
 
 An entry is an `XlaSerializedCacheEntry`: field 2 the unoptimized
-`HloModuleProto`, field 3 the serialized executable, whose field 1.1 is
-the optimized `HloModuleProto` XLA ran. It is parsed at the wire level,
+`HloModuleProto`, field 3 the serialized executable (the CPU's and the
+GPU's `CompilationResultProto`), whose field 1.1 is the optimized
+`HloModuleProto` XLA ran and field 2 its `BufferAssignmentProto`: the
+program's buffers (field 3, each `BufferAllocationProto`'s size in its
+field 2, a thread-local one flagged in field 3). It is parsed at the wire level,
 with no protobuf class of TensorFlow's. A file on disk is read without
 following a link.
 """
@@ -120,6 +123,23 @@ def parse_modules(data: bytes, path: str = "entry") -> tuple[bytes, bytes]:
     except (KeyError, IndexError, TypeError) as error:
         raise ValueError(f"{path} is not an XLA cache entry") from error
     return unoptimized, optimized
+
+
+def program_bytes(data: bytes) -> int | None:
+    """The memory XLA assigned the program of an entry's bytes: the sum
+    of its buffer allocations (arguments, outputs, temporaries; not the
+    thread-local ones), None where the entry has no buffer assignment."""
+    try:
+        executable = _fields(_fields(data)[3][0])
+        allocations = _fields(executable[2][0]).get(3, [])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    total = 0
+    for allocation in allocations:
+        fields = _fields(allocation)
+        if not fields.get(3, [0])[0]:
+            total += fields.get(2, [0])[0]
+    return total or None
 
 
 def read_modules(path: str) -> tuple[bytes, bytes]:

@@ -8,7 +8,7 @@ import contextlib
 from collections.abc import Iterable
 from typing import Any
 
-from keras_xla.core.hardware import DeviceInfo
+from keras_xla.core.hardware import DeviceInfo, host_memory_bytes
 
 
 def describe_environment(model: Any) -> dict:
@@ -64,8 +64,24 @@ def device_infos(devices: Iterable[Any] | None = None) -> list[DeviceInfo]:
             with contextlib.suppress(ValueError, TypeError, RuntimeError):
                 details = tf.config.experimental.get_device_details(device)
                 capability = details.get("compute_capability")
-        infos.append(DeviceInfo(kind, str(device.name), capability))
+        memory = host_memory_bytes() if kind == "CPU" else None
+        if kind == "GPU":
+            memory = _gpu_memory(device.name)
+        infos.append(DeviceInfo(kind, str(device.name), capability, memory))
     return infos
+
+
+def _gpu_memory(name: str) -> int | None:
+    """The memory TensorFlow's allocator gave the GPU of physical device
+    `name` (`/physical_device:GPU:0`), None where it does not say."""
+    from tensorflow.python.client import device_lib
+
+    index = name.rsplit(":", 1)[-1]
+    with contextlib.suppress(Exception):
+        for local in device_lib.list_local_devices():
+            if local.device_type == "GPU" and local.name.endswith(f":{index}"):
+                return int(local.memory_limit) or None
+    return None
 
 
 def worker(model: Any) -> Any:

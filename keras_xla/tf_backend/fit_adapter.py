@@ -297,13 +297,12 @@ class TFFitAdapter(FitAdapter):
             )
         ]
 
-    def fingerprint(self, stats, records) -> list:
-        """The epoch's train compilations' program fingerprints, from
-        their ledger entries (no compilation)."""
-        for c in self.report.compile_log:
-            if c.function == "train" and c.epoch == stats.epoch:
-                c.fingerprint = hlo_analysis.program_fingerprint(c)
-        return []
+    def programs(self, compilations: list) -> None:
+        """Each train compilation's program fingerprint and memory, from
+        its ledger entry (no compilation)."""
+        for c in compilations:
+            if c.function == "train" and c.fingerprint is None:
+                c.fingerprint, c.program_bytes = hlo_analysis.program(c)
 
     def analyze_hlo(self, stats, records) -> list:
         variant = self.functions and self.functions.active("train")

@@ -205,15 +205,18 @@ def _ledger_entry(compilation: Any) -> str:
     return max(candidates, key=cache_entry.size)
 
 
-def program_fingerprint(compilation: Any) -> str | None:
-    """The HLO fingerprint of the program a train step's `Compilation`
-    compiled (`hlo.program_fingerprint` of its ledger entry's module);
-    None where the ledger has no entry of it."""
+def program(compilation: Any) -> tuple[str | None, int | None]:
+    """The HLO fingerprint (`hlo.program_fingerprint` of its module) and
+    the memory (`cache_entry.program_bytes`) of the program a train
+    step's `Compilation` compiled, from its ledger entry; None for what
+    the ledger cannot say."""
     try:
-        unoptimized, _ = cache_entry.read_modules(_ledger_entry(compilation))
+        data = cache_entry.read_bytes(_ledger_entry(compilation))
+        unoptimized, _ = cache_entry.parse_modules(data)
     except (HloUnavailable, OSError, ValueError):
-        return None
-    return hlo_lib.program_fingerprint(hlo_lib.parse_hlo_module(unoptimized))
+        return None, None
+    module = hlo_lib.parse_hlo_module(unoptimized)
+    return hlo_lib.program_fingerprint(module), cache_entry.program_bytes(data)
 
 
 def _takes_inputs(path: str, shapes) -> bool:
