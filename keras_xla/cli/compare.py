@@ -210,7 +210,6 @@ def row(
     row says why (`failure`). `default`: the configuration is the one
     the script's default ran as."""
     trained = [r for r in results if completed(r["fits"])]
-    codes = sorted({r["code"] for r in results})
     out: dict[str, Any] = {
         "configuration": config.label,
         "backend": config.backend,
@@ -218,7 +217,7 @@ def row(
         "default": config.default or default,
         "rounds": len(trained) or len(results),
         "ok": bool(trained),
-        "exit_codes": codes,
+        "exit_codes": sorted({r["code"] for r in results}),
         "why": None,
     }
     if not trained:

@@ -65,8 +65,6 @@ class ScriptFit:
             for e in (epochs[1:] if len(epochs) > 1 else epochs)
             if e.step_time_ms.get("median") is not None
         ]
-        verdict = report.verdict
-        jit = report.jit
         return {
             "name": self.name,
             "log_dir": self.log_dir,
@@ -74,7 +72,7 @@ class ScriptFit:
             "seconds": None if self.seconds is None else round(self.seconds, 3),
             "steps": sum(e.steps for e in report.epochs),
             "backend": report.environment.get("backend"),
-            "xla": bool(jit and jit.enabled),
+            "xla": bool(report.jit and report.jit.enabled),
             "compilations": report.total_compilations,
             "compile_seconds": round(report.total_compile_seconds, 3),
             "step_ms": statistics.median(medians) if medians else None,
@@ -82,7 +80,7 @@ class ScriptFit:
             figures.DISPATCH.key: figures.DISPATCH.over(epochs),
             figures.INPUT_WAIT.key: figures.INPUT_WAIT.over(epochs),
             "codes": report.finding_codes(),
-            "headline": verdict.headline if verdict else None,
+            "headline": report.verdict.headline if report.verdict else None,
         }
 
 

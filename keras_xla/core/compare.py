@@ -45,11 +45,10 @@ def compare(first: XLAReport, second: XLAReport, labels=("A", "B")) -> dict:
     rows = {}
     for key, label, direction, _ in COMPARED:
         a, b = totals[0][key], totals[1][key]
-        ratio = _ratio(a, b)
         better = None
         if direction and a is not None and b is not None and a != b:
             better = labels[(b > a) == (direction > 0)]
-        rows[key] = {"label": label, "values": [a, b], "ratio": ratio}
+        rows[key] = {"label": label, "values": [a, b], "ratio": _ratio(a, b)}
         rows[key]["better"] = better
     return {
         "labels": list(labels),

@@ -180,13 +180,11 @@ def read(cls: type, data: Any, where: str, skipped: list[str]):
                 skipped.append(f"{where} (no `{name}`)")
                 return None
             continue
-        value = data[name]
-        if fits(field.type, value):
+        value = _BAD
+        if fits(field.type, data[name]):
             value = _read_contents(
-                (cls.__name__, name), value, f"{where}.{name}", skipped
+                (cls.__name__, name), data[name], f"{where}.{name}", skipped
             )
-        else:
-            value = _BAD
         if value is not _BAD:
             kwargs[name] = value
         elif required:
