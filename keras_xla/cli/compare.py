@@ -35,6 +35,7 @@ import sys
 import tempfile
 from typing import Any
 
+from keras_xla.cli.run import tell
 from keras_xla.core import verdict as verdicts
 from keras_xla.core.report import XLAReport
 
@@ -505,7 +506,7 @@ def main(args, given: dict, target: str, script_args: list) -> int:
     try:
         axes = parse_axes(args.compare)
     except ValueError as error:
-        print(f"keras-xla run: {error}", file=sys.stderr)
+        tell(str(error))
         return USAGE_ERROR
     configs = configurations(axes)
     module = args.module is not None
@@ -528,20 +529,14 @@ def main(args, given: dict, target: str, script_args: list) -> int:
                 config, jit, passed, target, module, script_args, args.log_dir
             )
             result = run_once(config, argv, environment(config))
-            print(
-                f"keras-xla run: round {round_ + 1}: {config.label} done",
-                file=sys.stderr,
-            )
+            tell(f"round {round_ + 1}: {config.label} done")
             same = twin(configs, result) if config.default else None
             if same is None:
                 results[config].append(result)
                 continue
             # Never a configuration against itself: the default's run is
             # a run of the configuration it equals, marked the default.
-            print(
-                f"keras-xla run: the script's default is {same.label}",
-                file=sys.stderr,
-            )
+            tell(f"the script's default is {same.label}")
             results[same].append(result)
             configs.remove(config)
             default = same
@@ -591,7 +586,4 @@ def write(log_dir: str, comparison: dict) -> None:
         writer.write_report(0, text, COMPARE_TAG)
         writer.close()
     except OSError as error:
-        print(
-            f"keras-xla run: the comparison was not written: {error}",
-            file=sys.stderr,
-        )
+        tell(f"the comparison was not written: {error}")

@@ -128,7 +128,8 @@ def split(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return ours, []
 
 
-def _tell(message: str) -> None:
+def tell(message: str) -> None:
+    """Prints `message` as one `keras-xla run:` line on stderr."""
     print(f"keras-xla run: {message}", file=sys.stderr)
 
 
@@ -141,30 +142,30 @@ def main(argv: Sequence[str]) -> int:
     given = tuner_flags.tuner_arguments(args)
     problem = tuner_flags.check_tuner_arguments(given)
     if problem:
-        _tell(problem)
+        tell(problem)
         return USAGE_ERROR
     if not 1 <= args.rounds <= 3:
-        _tell(f"--rounds {args.rounds}: pass 1, 2 or 3.")
+        tell(f"--rounds {args.rounds}: pass 1, 2 or 3.")
         return USAGE_ERROR
     if args.steps is not None and args.steps < 1:
-        _tell(f"--steps {args.steps}: pass a number of train steps >= 1.")
+        tell(f"--steps {args.steps}: pass a number of train steps >= 1.")
         return USAGE_ERROR
     backend = os.environ.get("KERAS_BACKEND")
     package = BACKEND_PACKAGES.get(backend or "")
     if package and importlib.util.find_spec(package) is None:
-        _tell(
+        tell(
             f"KERAS_BACKEND={backend}: {package} is not installed here "
             f"(pip install {package}), so Keras cannot load that backend."
         )
         return USAGE_ERROR
     module = args.module
     if module is None and not theirs:
-        _tell("no script: give `script.py [args ...]` or `-m module`.")
+        tell("no script: give `script.py [args ...]` or `-m module`.")
         return USAGE_ERROR
     target = module if module is not None else theirs[0]
     script_args = theirs if module is not None else theirs[1:]
     if module is None and not os.path.isfile(target):
-        _tell(f"{target}: no such script (give the path of a .py file).")
+        tell(f"{target}: no such script (give the path of a .py file).")
         return USAGE_ERROR
     if args.compare:
         from keras_xla.cli import compare
@@ -184,9 +185,9 @@ def run_script(
     result = script_lib.execute(target, script_args, hook, module=module)
     sys.stdout.flush()
     if not result.fits:
-        _tell(f"no fit() ran in {target}.")
+        tell(f"no fit() ran in {target}.")
     for fit in result.fits:
-        _tell(script_lib.describe(fit))
+        tell(script_lib.describe(fit))
     if args.result:
         with open(args.result, "w", encoding="utf-8") as f:
             json.dump(script_lib.result_dict(result), f)
