@@ -2,9 +2,8 @@
 
 A job that trains on several workers runs one tuner per worker; the
 chief (worker 0) reads their reports at the end of training and writes
-the job's report,
-`<log_dir>/xla_job_report.json`; `keras-xla report DIR DIR ...` merges
-workers' reports kept in separate log dirs the same way.
+the job's report, `<log_dir>/xla_job_report.json`; `keras-xla report
+DIR DIR ...` merges workers' reports in separate log dirs the same way.
 
 What only a job shows (a worker missing, compiling alone, compiling a
 different program, straggling) is `core.job_findings`'; who a worker is,

@@ -151,9 +151,7 @@ def _wait_text(waits: dict[int, list], seconds: float) -> tuple[float, str]:
 
 def _compiled_alone(reports: dict[int, XLAReport]) -> Iterator[dict]:
     """A worker's compilations that no other worker made, with the
-    seconds the others waited for them: measured where every other
-    worker's step there stood out unexplained (its own spike), else
-    the compilation's seconds for each."""
+    seconds the others waited for them (`_wait_text`)."""
     if len(reports) < 2:
         return
     compiled = {i: _signatures(r) for i, r in reports.items()}
