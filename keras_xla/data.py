@@ -93,8 +93,7 @@ def fixed_slice(
         top, left = _pair(offset, "offset", minimum=0)
         top = tf.minimum(top, room_h)
         left = tf.minimum(left, room_w)
-    channels = image.shape[-1] if image.shape[-1] is not None else -1
-    out = tf.slice(image, [top, left, 0], [height, width, channels])
+    out = tf.slice(image, [top, left, 0], [height, width, -1])
     out.set_shape([height, width, image.shape[-1]])
     return out
 

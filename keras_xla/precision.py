@@ -168,13 +168,12 @@ def apply_policy(model: Any, policy: Any) -> list[str]:
             f"`apply_policy(model={model.name!r}, ...)` needs a built model: "
             "call it once or `model.build(input_shape)` first."
         )
-    followers = default_policy_layers(model)
     keep_float32: set[int] = set()
     if new.compute_dtype in LOW_PRECISION_DTYPES:
         keep_float32 = {id(layer) for layer in output_layers(model)}
     float32 = keras.DTypePolicy("float32")
     changed = []
-    for layer in followers:
+    for layer in default_policy_layers(model):
         target = float32 if id(layer) in keep_float32 else new
         if layer.dtype_policy.name != target.name:
             changed.append(layer.name)
