@@ -1,11 +1,13 @@
 """The recompilation guard on the ResNet-50 example's random crops.
 
-Runs the example's random-crop pipeline three ways, one after the other
+Runs the example's random-crop pipeline five ways, one after the other
 in one process, each on a fresh ResNet-50 with XLATuner: without XLA,
 with XLA and no guard (`--max-recompilations none`), and with XLA under
-the guard (the example's budget, or `--budget`). Prints, per run, the
-time to its last step, its compilations and compile seconds, and the
-guard's line (when XLA went off, what it had cost, what it avoided).
+the guard (the example's budget, or `--budget`) acting each way it can
+(`fallback`, `per_shape`, `bucket`: refused on images, which have no
+mask, so it runs per shape). Prints, per run, the time to its last step,
+its median step, its compilations and compile seconds, and the guard's
+lines (when it acted, what it had cost, what it did).
 
 Run: python benchmarks/guard_resnet50.py [--steps 12] [--budget 2]
 """
@@ -35,10 +37,13 @@ def main():
     runs = (
         ("no XLA", ["--jit", "off"]),
         ("XLA, no guard", ["--jit", "on", "--max-recompilations", "none"]),
+    ) + tuple(
         (
-            f"XLA, guard {known.budget}",
-            ["--jit", "on", "--max-recompilations", str(known.budget)],
-        ),
+            f"guard {known.budget}, {action}",
+            ["--jit", "on", "--max-recompilations", str(known.budget)]
+            + ["--on-recompile-storm", action],
+        )
+        for action in ("fallback", "per_shape", "bucket")
     )
     rows = []
     for name, extra in runs:
@@ -54,13 +59,14 @@ def main():
     base = rows[0][1]["wall_seconds"]
     for name, row in rows:
         print(
-            f"{name:>16}: time to step {known.steps} "
+            f"{name:>21}: time to step {known.steps} "
             f"{row['wall_seconds']:.1f} s ({row['wall_seconds'] / base:.2f}x "
-            f"the no-XLA run's), {row['compilations']} compilations, "
+            f"the no-XLA run's), median step {row['median_step_ms']:.0f} ms, "
+            f"{row['compilations']} compilations, "
             f"{row['compile_seconds']:.1f} s compiling"
         )
         for line in guard_line(row["guard"]):
-            print(f"{'':>18}{line}")
+            print(f"{'':>23}{line}")
 
 
 if __name__ == "__main__":

@@ -142,23 +142,25 @@ class XLATuner(keras.callbacks.Callback):
             storm (`recompile-storm`, `report.guard`). The default, 8, is
             PyTorch's recompile limit; a pipeline of up to 9 buckets never
             reaches it. `None` turns the guard off. Defaults to `8`.
-        on_recompile_storm: What the guard does: `"fallback"` trains the
-            rest of the fit without XLA from the next step (no step is
-            lost, no shape compiles again; the summary says when, why and
-            the compiling avoided, measured on the rest of the fit);
-            `"per_shape"` keeps running XLA's programs for the shapes it
-            had compiled and runs only new shapes without XLA (one batch
-            per call on one replica; elsewhere it falls back whole and
-            says why; the summary gives the steps and seconds each way);
+        on_recompile_storm: What the guard does: `"per_shape"` keeps
+            running XLA's programs for the shapes it had compiled and runs
+            only new shapes without XLA (one batch per call on one
+            replica; elsewhere it falls back whole and says why; the
+            summary gives the steps and seconds each way);
+            `"fallback"` trains the rest of the fit without XLA from the
+            next step (no step is lost, no shape compiles again; the
+            summary says when, why and the compiling avoided, measured
+            on the rest of the fit);
             `"bucket"` pads `x`'s drifting dimension up to edges chosen
             from the run (its sizes, compile seconds and step time) and
             keeps XLA for every batch, where the model masks the padding
             (labels per position are padded with zero weights, so the
-            loss is unchanged); where padding could change the result it
-            says why (`bucket-refused`) and runs per shape;
+            loss is unchanged) and each edge's program fits the device's
+            memory; where padding could change the result it says why
+            (`bucket-refused`) and runs per shape;
             `"raise"` raises `XLARecompileStormError` naming the input,
             the dimension and the fix; `"warn"` only warns. Defaults to
-            `"fallback"`.
+            `"per_shape"`.
         analyze_hlo: After the first epoch, analyze the optimized HLO of
             the train step XLA compiled for that epoch's shapes
             (`report.hlo`, the module under `<log_dir>/hlo/`), read from
@@ -236,7 +238,7 @@ class XLATuner(keras.callbacks.Callback):
         compile_cache: str | os.PathLike | None = None,
         on_unsupported: str = "fallback",
         max_recompilations: int | None = DEFAULT_BUDGET,
-        on_recompile_storm: str = "fallback",
+        on_recompile_storm: str = "per_shape",
         analyze_hlo: bool | str = True,
         peak_flops: float | str | None = None,
         profile_steps: tuple[int, int] | None = None,

@@ -325,7 +325,12 @@ def main(log_dir):
     section = report.compile_cache
     out["cache"] = summary(report, hits=section.hits, misses=section.misses)
     for name, width, lengths, args in (
-        ("storm", 5, NEVER_REPEAT, {"against_plain": True}),
+        (
+            "storm",
+            5,
+            NEVER_REPEAT,
+            {"against_plain": True, "on_recompile_storm": "fallback"},
+        ),
         ("storm_raise", 6, NEVER_REPEAT, {"on_recompile_storm": "raise"}),
         # The storm's twin: the same lengths, the guard only warns, so XLA
         # stays on and compiles what the fallback avoided (no baseline
@@ -338,12 +343,8 @@ def main(log_dir):
             {"on_recompile_storm": "warn", "baseline": False},
         ),
         ("buckets", 9, [8, 12, 16, 20, 24, 28] * 5, {}),
-        (
-            "per_shape",
-            10,
-            PER_SHAPE,
-            {"against_plain": True, "on_recompile_storm": "per_shape"},
-        ),
+        # The guard's default.
+        ("per_shape", 10, PER_SHAPE, {"against_plain": True}),
         # Padded to buckets: a pooled model and a label per token, both
         # masking their padding; the unmasked model is refused.
         ("bucket", 11, BUCKETED, {**BUCKET, "model": "masked"}),

@@ -130,6 +130,7 @@ def test_the_guard_turns_xla_off_for_crops_that_keep_compiling(
 ):
     args = ["--image-size", "32", "--batch-size", "2", "--steps", "6"]
     args += ["--crop", "random", "--jit", "on", "--max-recompilations", "1"]
+    args += ["--on-recompile-storm", "fallback"]
     args += ["--log-dir", str(tmp_path)]
     (row,) = example.main(args)
     source = example.synthetic_images(32).repeat()
@@ -151,3 +152,22 @@ def test_the_guard_turns_xla_off_for_crops_that_keep_compiling(
     assert "random-xla: Recompilation storm at epoch 0" in out
     with pytest.raises(SystemExit):
         example.parse_args(["--max-recompilations", "0"])
+
+
+def test_the_table_says_what_the_guard_did(example):
+    from keras_xla.core.report import GuardSection
+
+    storm = GuardSection(
+        action="per_shape", budget=2, epoch=0, step=3, recompilations=3,
+        compile_seconds=30.0, saved_seconds=0.0, window=4, compiled=4,
+        off_from=[0, 4],
+    )  # fmt: skip
+    said = example.short_verdict(None, storm)
+    assert said == "storm: new shapes without XLA from epoch 0, step 4"
+    storm.action = "fallback"
+    assert example.short_verdict(None, storm) == (
+        "storm: no XLA from epoch 0, step 4"
+    )
+    assert example.parse_args([]).on_recompile_storm == "per_shape"
+    with pytest.raises(SystemExit):
+        example.parse_args(["--on-recompile-storm", "skip"])

@@ -39,6 +39,7 @@ import tensorflow as tf  # noqa: E402
 
 import keras_xla  # noqa: E402
 from keras_xla.core import verdict as verdicts  # noqa: E402
+from keras_xla.core.guard import ACTIONS as STORM_ACTIONS  # noqa: E402
 from keras_xla.core.render import format_table, guard_line  # noqa: E402
 from keras_xla.core.summaries import EventWriter  # noqa: E402
 from keras_xla.data import fixed_slice  # noqa: E402
@@ -190,6 +191,7 @@ def run_config(crop: str, jit: bool, args, source=None) -> dict:
         verbose=0,
         baseline=False,
         max_recompilations=args.max_recompilations,
+        on_recompile_storm=args.on_recompile_storm,
     )
     callbacks = [keras.callbacks.TensorBoard(log_dir=log_dir), tuner]
     if args.verbose == 0:
@@ -272,12 +274,17 @@ def render(rows: list[dict]) -> str:
     return "\n".join(format_table(table))
 
 
+# What the guard did from its step on, in the table's few words.
+STORM_WORDS = {"per_shape": "new shapes without XLA", "bucket": "padded"}
+
+
 def short_verdict(verdict, guard=None) -> str:
     """The tuner's verdict in a few words: XLA off (or turned off by the
     recompilation guard), or its cost."""
     if guard is not None and guard.off_from:
         epoch, step = guard.off_from
-        return f"storm: no XLA from epoch {epoch}, step {step}"
+        did = STORM_WORDS.get(guard.action, "no XLA")
+        return f"storm: {did} from epoch {epoch}, step {step}"
     if verdict is None or not verdict.xla_enabled:
         return "XLA off"
     text = f"compiled {verdict.compile_seconds:.1f} s"
@@ -473,6 +480,15 @@ def parse_args(argv=None):
         help="the tuner's recompilation guard: XLA off once a run keeps "
         "compiling beyond this many recompilations (default 2: this run "
         "is short; the tuner's own default is 8); 'none' turns it off",
+    )
+    parser.add_argument(
+        "--on-recompile-storm",
+        choices=STORM_ACTIONS,
+        default="per_shape",
+        help="what the guard does (the tuner's on_recompile_storm): "
+        "'per_shape' (default) keeps XLA for the crops it compiled and "
+        "runs new ones without XLA; 'fallback' turns XLA off; 'bucket' "
+        "refuses here (images have no mask) and runs per shape",
     )
     parser.add_argument(
         "--verbose",
