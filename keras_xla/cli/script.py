@@ -169,15 +169,14 @@ class FitHook:
         original = model_class.__dict__.get("fit")
         fit = model_class.fit
         signature = inspect.signature(fit)
-        hook = self
 
         def fit_under_tuner(model, *args, **kwargs):
             bound = signature.bind(model, *args, **kwargs)
             callbacks = list(bound.arguments.get("callbacks") or [])
-            bound.arguments["callbacks"] = hook._callbacks(callbacks)
+            bound.arguments["callbacks"] = self._callbacks(callbacks)
             start = time.perf_counter()
             history = fit(*bound.args, **bound.kwargs)
-            hook.fits[-1].seconds = time.perf_counter() - start
+            self.fits[-1].seconds = time.perf_counter() - start
             return history
 
         fit_under_tuner.__wrapped__ = fit
@@ -219,11 +218,10 @@ class _KerasFinder(importlib.abc.MetaPathFinder):
         if spec is None or spec.loader is None:
             return None
         execute = spec.loader.exec_module
-        loaded = self.loaded
 
         def exec_module(module):
             execute(module)
-            loaded(module.Model)
+            self.loaded(module.Model)
 
         spec.loader.exec_module = exec_module
         return spec
