@@ -634,3 +634,19 @@ def test_xla_off_is_said_once_in_the_verdict():
     headline = verdict.build(report).headline
     assert headline.startswith("XLA is off: the model was compiled with ")
     assert headline.count("XLA is off") == 1
+
+
+def test_a_tapped_side_counts_the_wait_the_switch_measured():
+    import jax.numpy as jnp
+
+    from keras_xla.jax_backend.tap import Taken
+
+    tap = StepTap(CompileEvents())
+    tap.arm("train")
+    step = tap.wrap("train", lambda state, it: list(it))
+    batch = (jnp.ones((2, 3)), jnp.ones((2, 1)))
+    # The bucket switch took the batch after waiting 0.25 s for it.
+    assert len(step(None, Taken(batch, waited=0.25))) == 1
+    (call,) = tap.take("train")
+    assert 0.25 <= call.input < 0.35
+    assert [s.tensors[0].shape for s in call.signatures] == [(2, 3)]

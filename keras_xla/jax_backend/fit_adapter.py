@@ -13,6 +13,7 @@ verdict -> JSON, TensorBoard (without TensorFlow), the summary.
 from __future__ import annotations
 
 import logging
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -30,7 +31,7 @@ from keras_xla.fit_adapter import FitAdapter, Start
 from keras_xla.jax_backend import environment, epoch_checks, hlo
 from keras_xla.jax_backend.compile_events import CompileEvents
 from keras_xla.jax_backend.step_log import JaxStepLog, trackers_of
-from keras_xla.jax_backend.tap import FUNCTIONS, StepTap, untapped
+from keras_xla.jax_backend.tap import FUNCTIONS, StepTap, Taken, untapped
 
 logger = logging.getLogger(__name__)
 
@@ -214,15 +215,23 @@ class JaxFitAdapter(FitAdapter):
         hands it to XLA's function where XLA compiled its shapes (padded
         first, for buckets), else to the one without XLA. Per shape it is
         tapped as one function (the tap sees the batch and its wait); for
-        buckets each side is (the tap sees the padded batch, not the
-        wait)."""
+        buckets each side is (the tap sees the padded batch, and the wait
+        the switch measured, `Taken`)."""
 
         def switched(state, iterator):
+            waited = [0.0]
+
+            def take():
+                asked = time.perf_counter()
+                data = next(iterator)
+                waited[0] = time.perf_counter() - asked
+                return data
+
             return self.switch.dispatch(
                 function,
-                lambda: next(iterator),
-                lambda data, varies: xla(state, iter((data,))),
-                lambda data, varies: plain(state, iter((data,))),
+                take,
+                lambda data, varies: xla(state, Taken(data, waited[0])),
+                lambda data, varies: plain(state, Taken(data, waited[0])),
             )
 
         return switched

@@ -95,13 +95,33 @@ class _TappedIterator:
         asked = time.perf_counter()
         data = next(self._iterator)
         start = time.perf_counter()
-        self._call.input += start - asked
+        # A batch the bucket switch took already says how long it waited.
+        self._call.input += start - asked + getattr(self._iterator, "waited", 0)
         try:
             self._call.signatures.append(self._tap.signature(data))
         except Exception as error:  # noqa: BLE001 - never stop training
             self._tap.unreadable.append(f"{type(error).__name__}: {error}")
         self._call.own += time.perf_counter() - start
         return data
+
+
+class Taken:
+    """One batch the per-shape switch took from Keras's iterator, as an
+    iterator, with the seconds it `waited` for it: a side tapped on its
+    own (buckets) counts that wait as the call's."""
+
+    __slots__ = ("_data", "waited")
+
+    def __init__(self, data: Any, waited: float = 0.0) -> None:
+        self._data, self.waited = [data], waited
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if not self._data:
+            raise StopIteration
+        return self._data.pop()
 
 
 class StepTap:
