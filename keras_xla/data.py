@@ -169,11 +169,7 @@ def bucket_by_length(
     """
     _check_batch_size(batch_size, "bucket_by_length")
     bounds = _int_list(boundaries)
-    if (
-        not bounds
-        or any(b <= 0 for b in bounds)
-        or bounds != sorted(set(bounds))
-    ):
+    if not bounds or bounds != sorted(set(bounds)) or bounds[0] <= 0:
         raise ValueError(
             f"Unsupported value `bucket_by_length(boundaries={boundaries!r})`"
             ": pass strictly increasing positive lengths, e.g. [16, 32, 64]."
