@@ -191,10 +191,9 @@ def completed(fits: list[dict]) -> list[dict]:
 def failure(result: dict) -> str:
     """Why a run completed no fit: the script's exception, else its exit
     code and last lines, else that it ran no fit."""
-    lines = result.get("last_lines") or []
     if result["code"] == 0 and not result.get("fits"):
         return "no fit() ran"
-    shown = result.get("error") or " / ".join(lines)
+    shown = result.get("error") or " / ".join(result.get("last_lines") or [])
     tail = f": {shown}" if shown else ""
     if result["code"] == 0:
         return "no fit() completed" + tail
