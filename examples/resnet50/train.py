@@ -14,7 +14,9 @@ synthetic images of variable decoded sizes (no download): random crops
 without XLA, random crops with XLA, and the fixed slice with XLA. It
 prints a line per step while it trains (a step that compiles shows as a
 long one; the random crops with XLA meet the tuner's recompilation guard,
-which turns XLA off once they keep compiling, `--max-recompilations`) and
+which, once they keep compiling (`--max-recompilations`), keeps XLA for
+the crop sizes it compiled and runs new ones without XLA,
+`--on-recompile-storm`) and
 ends with a table (images per second steady and with
 compiling included, compile seconds, recompilations, the step's fusion
 ratio, the tuner's verdict for each run), each XLA run's verdict
