@@ -566,7 +566,7 @@ class FitOwner:
         hlo = not (self._hlo_done or interrupted)
         hlo = hlo and bool(self.settings.analyze_hlo) and self._xla_trains()
         checks = [] if interrupted else [self._programs]
-        checks += [self.adapter.analyze_hlo] if hlo else []
+        checks += [self._analyze_hlo] if hlo else []
         checks += self.adapter.epoch_checks(interrupted)
         if not interrupted:
             checks.append(self._lints)
@@ -593,6 +593,21 @@ class FitOwner:
         if epoch:
             self.adapter.programs(epoch)
         return []
+
+    def _analyze_hlo(self, stats: Any, records: list) -> list[tuple]:
+        """The HLO analysis (`FitAdapter.analyze_hlo`) of the calls that
+        ran XLA's step: after a storm, per shape, a shape that ran
+        without XLA has no program to read (analyzing it would compile
+        one)."""
+        switch = self.adapter.switch
+        if switch is not None:
+            records = [
+                r
+                for r in records
+                if r.signatures
+                and all(switch.knows("train", s[0]) for s in r.signatures)
+            ]
+        return self.adapter.analyze_hlo(stats, records)
 
     def _lints(self, stats: Any, records: list) -> list[tuple]:
         """The epoch's lints (`core.lints`) on its figures."""

@@ -248,6 +248,7 @@ def guarded(
         compiled_at=[c.step for c in report.compile_log],
         compiled_shapes=[[c.step, c.shapes] for c in report.compile_log],
         program_bytes=[c.program_bytes for c in report.compile_log],
+        outside=report.outside_compilations,
         weights_apart=apart,
         jit_enabled=report.jit.enabled,
         xla_written=written,

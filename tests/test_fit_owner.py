@@ -105,6 +105,7 @@ class StubAdapter(FitAdapter):
 
     def analyze_hlo(self, stats, records):
         self.asked.append("analyze_hlo")
+        self.analyzed = records
         return []
 
     def programs(self, compilations):
@@ -291,3 +292,23 @@ def test_bucket_refuses_a_model_that_does_not_mask_its_padding():
         in found.message
     )
     assert storm.edges == []
+
+
+def test_after_a_storm_the_hlo_analysis_reads_only_what_ran_xla():
+    from keras_xla.core.guard import signature_key
+    from keras_xla.core.shape_switch import ShapeSwitch
+
+    fit = owner(analyze_hlo=True)
+    known, new = record(0), record(1)
+    new.signatures = [
+        (Signature(0, (TensorSignature("x", (8, 9), "float32"),)),)
+    ]
+    # Per shape: XLA compiled the first call's shapes, not the second's
+    # (analyzing those would compile a program training never ran).
+    compiled = {signature_key(known.signatures[0][0])}
+    fit.adapter.switch = ShapeSwitch({"train": compiled})
+    fit._analyze_hlo(None, [known, new, new])
+    assert fit.adapter.analyzed == [known]
+    fit.adapter.switch = None
+    fit._analyze_hlo(None, [known, new])
+    assert fit.adapter.analyzed == [known, new]
