@@ -302,6 +302,13 @@ def test_the_bucket_line_says_its_edges_and_their_memory():
         "  Memory: the largest edge's program about 5.0 MiB of the "
         "device's 8.0 GiB; sizes above 50 would not fit and run per shape."
     )
+    # `keras-xla report` says it too.
+    from keras_xla.core.report import XLAReport
+
+    report = XLAReport()
+    report.guard = storm
+    printed = render.full_report(report, "run").splitlines()
+    assert lines[0] in printed and lines[1] in printed
     # A cap far above the edges is not worth a word.
     storm.largest_fitting = 10_000
     assert render.guard_line(storm)[1].endswith("of the device's 8.0 GiB.")

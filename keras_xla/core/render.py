@@ -483,7 +483,8 @@ def decision_markdown(decision: Decision | None) -> str:
 
 def full_report(report: XLAReport, path: str) -> str:
     """One report as `keras-xla report` prints it: jit, environment,
-    epochs with totals, recompilations, trial, findings."""
+    epochs with totals, recompilations, the guard's storm, trial,
+    findings."""
     lines = [f"Report: {path}", *verdict_lines(report.verdict)]
     if report.jit is not None:
         jit = report.jit
@@ -512,6 +513,8 @@ def full_report(report: XLAReport, path: str) -> str:
             )
         )
     lines += format_table(rows) if report.recompilations else []
+    guard = guard_line(report.guard)
+    lines += ["", *guard] if guard else []
     baseline = baseline_line(report.baseline)
     lines += ["", *baseline] if baseline else []
     if report.decision:
