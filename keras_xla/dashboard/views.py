@@ -31,6 +31,14 @@ HLO_KEYS = (
 )
 CACHE_KEYS = "active hits misses seconds_saved".split()
 CANDIDATE_KEYS = "name median_step_ms compile_seconds".split()
+DECISION_KEYS = (
+    "status winner speedup_vs_default speedup_low speedup_high".split()
+)
+GUARD_KEYS = (
+    "recompilations compile_seconds input projected_compilations"
+    " projected_seconds action kept_shapes xla_steps xla_seconds plain_steps"
+    " plain_seconds edges".split()
+)
 COMPARISON_KEYS = (
     "configuration ok why steps compilations compile_seconds step_ms seconds"
     " headline default backend_seen xla exit_codes".split()
@@ -73,9 +81,10 @@ def run_entry(run: str, report: XLAReport) -> dict:
     return json_safe(
         {
             "run": run,
-            "xla_enabled": verdict.xla_enabled if verdict else None,
-            "paid_back": verdict.paid_back if verdict else None,
-            "speedup": verdict.speedup if verdict else None,
+            **{
+                k: getattr(verdict, k, None)
+                for k in ("xla_enabled", "paid_back", "speedup")
+            },
             "headline": verdict.headline if verdict else "",
             "epochs": len(report.epochs),
             "compilations": report.total_compilations,
@@ -191,19 +200,8 @@ def guard_fallback(report: XLAReport) -> dict | None:
         return None
     return {
         "global_step": offsets[epoch][0] + step,
-        "recompilations": g.recompilations,
-        "compile_seconds": g.compile_seconds,
-        "input": g.input,
         "dims": g.dims or ([] if g.dim is None else [g.dim]),
-        "projected_compilations": g.projected_compilations,
-        "projected_seconds": g.projected_seconds,
-        "action": g.action,
-        "kept_shapes": g.kept_shapes,
-        "xla_steps": g.xla_steps,
-        "xla_seconds": g.xla_seconds,
-        "plain_steps": g.plain_steps,
-        "plain_seconds": g.plain_seconds,
-        "edges": g.edges,
+        **{k: getattr(g, k) for k in GUARD_KEYS},
     }
 
 
@@ -230,12 +228,8 @@ def xla_figures(report: XLAReport) -> dict:
         "decision": None
         if not decision
         else {
-            "status": decision.get("status"),
-            "winner": decision.get("winner"),
+            **_picked(decision, DECISION_KEYS),
             "reason": decision.get("reason", ""),
-            "speedup_vs_default": decision.get("speedup_vs_default"),
-            "speedup_low": decision.get("speedup_low"),
-            "speedup_high": decision.get("speedup_high"),
             "candidates": [
                 {k: c.get(k) for k in CANDIDATE_KEYS}
                 for c in decision.get("candidates") or []
