@@ -47,9 +47,8 @@ def label(
     out = []
     for record in records:
         excess = record.seconds - median_seconds * record.steps
-        if record.seconds_per_step < FACTOR * median_seconds:
-            continue
-        if excess < MIN_SECONDS:
+        slow = record.seconds_per_step >= FACTOR * median_seconds
+        if not slow or excess < MIN_SECONDS:
             continue
         if (
             record.new
