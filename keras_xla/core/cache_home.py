@@ -17,6 +17,7 @@ flag-table probe) runs again.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -143,12 +144,8 @@ def _private_temporary() -> tuple[str | None, str]:
     uid = os.getuid()
     path = os.path.join(tempfile.gettempdir(), f"keras_xla-{uid}")
     try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    except OSError as error:
-        return None, f"{path}: {error.strerror}"
-    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
         info = os.lstat(path)
     except OSError as error:
         return None, f"{path}: {error.strerror}"
