@@ -20,6 +20,17 @@ DISPATCH_MS = 1.0  # median steps shorter than this are launch-dominated
 DISPATCH_SHARE = 0.5
 
 
+def no_steps(epoch: int, steps: int) -> tuple[str, str] | None:
+    """An epoch that trained no step: the dataset gave no batch."""
+    if steps != 0:
+        return None
+    return (
+        f"Epoch {epoch} trained no step: the dataset gave no batch.",
+        "Check the dataset (filters, take/skip, a generator that ends at "
+        "once) and steps_per_epoch.",
+    )
+
+
 def dispatch_bound(
     median_ms: float | None,
     steps_per_execution: int,
@@ -134,33 +145,17 @@ def epoch_lints(
     to say (`verdict.compile_dominates`); tensor-core alignment reads the
     model (`tensor_core_alignment`, TensorFlow's first epoch)."""
     median_ms = figures.MEDIAN_STEP.value(stats)
-    found = []
-    if stats.steps == 0:
-        found.append(
-            (
-                codes.NO_STEPS,
-                (
-                    f"Epoch {stats.epoch} trained no step: the dataset gave "
-                    "no batch.",
-                    "Check the dataset (filters, take/skip, a generator that "
-                    "ends at once) and steps_per_epoch.",
-                ),
-            )
-        )
-    dispatch_ms = figures.DISPATCH.value(stats)
-    found.append(
-        (
-            codes.DISPATCH_BOUND_STEPS,
-            dispatch_bound(median_ms, steps_per_execution, dispatch_ms),
-        )
-    )
-    input_ms = figures.INPUT_WAIT.value(stats)
-    found.append((codes.INPUT_BOUND, input_bound(median_ms, input_ms)))
-    tuner_ms = figures.TUNER.value(stats)
-    found.append(
-        (
-            codes.TUNER_OVERHEAD,
-            tuner_overhead(median_ms, tuner_ms, steps_per_execution),
-        )
-    )
-    return [(code, *lint) for code, lint in found if lint is not None]
+    per_call = steps_per_execution
+    found = {
+        codes.NO_STEPS: no_steps(stats.epoch, stats.steps),
+        codes.DISPATCH_BOUND_STEPS: dispatch_bound(
+            median_ms, per_call, figures.DISPATCH.value(stats)
+        ),
+        codes.INPUT_BOUND: input_bound(
+            median_ms, figures.INPUT_WAIT.value(stats)
+        ),
+        codes.TUNER_OVERHEAD: tuner_overhead(
+            median_ms, figures.TUNER.value(stats), per_call
+        ),
+    }
+    return [(code, *lint) for code, lint in found.items() if lint is not None]
