@@ -264,10 +264,8 @@ class TFFitAdapter(FitAdapter):
     def epoch_checks(
         self, interrupted: bool
     ) -> list[Callable[[Any, list], list]]:
-        checks = [self.label_cache]
-        if not interrupted:
-            checks.append(self.alignment)
-        return [*checks, self.clusters_and_profile]
+        alignment = [] if interrupted else [self.alignment]
+        return [self.label_cache, *alignment, self.clusters_and_profile]
 
     def _note_cache(self) -> None:
         status = self.settings.cache_status
