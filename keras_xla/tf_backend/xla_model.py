@@ -17,7 +17,6 @@ micro-batches inside one compiled step.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import keras
@@ -143,8 +142,11 @@ class XLAModel(keras.Model):
         attr = f"{function}_function"
         if getattr(self, attr) is not None and not force:
             return getattr(self, attr)
-        with _outer_jit_off(self):
+        saved, self._jit_compile = self._jit_compile, False
+        try:
             getattr(super(), f"make_{function}_function")(force=True)
+        finally:
+            self._jit_compile = saved
         for key in [k for k in self._compiled_steps if k[0] == function]:
             del self._compiled_steps[key]
         return getattr(self, attr)
@@ -256,8 +258,7 @@ class XLAModel(keras.Model):
         key = (function, bool(self.jit_compile))
         fn = self._compiled_steps.get(key)
         if fn is None:
-            probed = with_probe(lambda: probe_of(self, function), body)
-            fn = probed
+            fn = with_probe(lambda: probe_of(self, function), body)
             if self.jit_compile:
                 fn = tf.function(fn, jit_compile=True, reduce_retracing=True)
             self._compiled_steps[key] = fn
@@ -320,12 +321,3 @@ def _functional_variant(cls: type) -> type:
             keras.saving.register_keras_serializable(package, name)(variant)
         _FUNCTIONAL_VARIANTS[cls] = variant
     return variant
-
-
-@contextlib.contextmanager
-def _outer_jit_off(model):
-    saved, model._jit_compile = model._jit_compile, False
-    try:
-        yield
-    finally:
-        model._jit_compile = saved
