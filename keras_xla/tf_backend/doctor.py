@@ -27,7 +27,6 @@ X86_FEATURES = tuple(
     "avx512_fp16 amx_tile amx_bf16 amx_int8".split()
 )
 ARM_FEATURES = tuple("asimd asimdhp sve sve2 bf16 i8mm".split())
-USAGE_ERROR = 2
 BUILD_KEYS = ("cpu_compiler", "is_cuda_build", "cuda_version", "is_rocm_build")
 # The doctor's rows: key in the JSON -> label in the text.
 DOCTOR_LABELS = {
@@ -49,12 +48,6 @@ DOCTOR_LABELS = {
     "peak_tflops": "Peak TFLOP/s (f32)",
     "compile_ledger": "Compile ledger",
 }
-RECOMPILATION_HEADER = tuple(
-    "function|epoch|step|input|dim|before -> after|cause|seconds".split("|")
-)
-
-
-# Doctor.
 
 
 def cpu_features(cpuinfo_path: str = "/proc/cpuinfo") -> dict[str, Any]:

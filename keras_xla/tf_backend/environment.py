@@ -60,12 +60,11 @@ def device_infos(devices: Iterable[Any] | None = None) -> list[DeviceInfo]:
             continue
         kind = str(device.device_type).upper()
         capability = None
+        memory = host_memory_bytes() if kind == "CPU" else None
         if kind == "GPU":
             with contextlib.suppress(ValueError, TypeError, RuntimeError):
                 details = tf.config.experimental.get_device_details(device)
                 capability = details.get("compute_capability")
-        memory = host_memory_bytes() if kind == "CPU" else None
-        if kind == "GPU":
             memory = _gpu_memory(device.name)
         infos.append(DeviceInfo(kind, str(device.name), capability, memory))
     return infos
