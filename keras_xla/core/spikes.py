@@ -26,13 +26,8 @@ from keras_xla.core.timing import StepRecord, ms
 
 FACTOR = 2.0
 MIN_SECONDS = 0.002
-COMPILE, INPUT, WARMUP, UNEXPLAINED = (
-    "compile",
-    "input",
-    "warm-up",
-    "unexplained",
-)
-KINDS = (COMPILE, INPUT, WARMUP, UNEXPLAINED)
+COMPILE, INPUT, WARMUP = "compile", "input", "warm-up"
+UNEXPLAINED = "unexplained"
 
 
 def label(
