@@ -180,23 +180,19 @@ def run_statistics(
     if not per_step:
         return RunStatistics(0, None, None, 0, None, None)
     median = percentile(per_step, 50) if steady else fallback_median
-    steady_time = sum(r.seconds for r in steady)
-    steady_examples = sum(r.examples() for r in steady)
-    all_time = sum(r.seconds for r in records)
-    all_examples = sum(r.examples() for r in records)
+
+    def throughput(calls: Sequence[StepRecord]) -> float | None:
+        seconds = sum(r.seconds for r in calls)
+        examples = sum(r.examples() for r in calls)
+        return examples / seconds if seconds > 0 and examples else None
+
     return RunStatistics(
         steps=sum(r.steps for r in records),
         median_seconds=median,
         p90_seconds=percentile(per_step, 90),
         steady_steps=sum(r.steps for r in steady),
-        examples_per_second=(
-            steady_examples / steady_time
-            if steady_time > 0 and steady_examples
-            else None
-        ),
-        examples_per_second_overall=(
-            all_examples / all_time if all_time > 0 and all_examples else None
-        ),
+        examples_per_second=throughput(steady),
+        examples_per_second_overall=throughput(records),
         pool=pool,
     )
 
