@@ -55,15 +55,10 @@ def parse_unsupported(
     if MARKER not in text:
         return []
     source = _user_source(text)
-    seen, out = set(), []
-    for op_type, node in _OP.findall(text):
-        if (op_type, node) in seen:
-            continue
-        seen.add((op_type, node))
-        out.append(
-            UnsupportedOp(op_type, node, _layer_of(node, layer_names), source)
-        )
-    return out
+    return [
+        UnsupportedOp(op_type, node, _layer_of(node, layer_names), source)
+        for op_type, node in dict.fromkeys(_OP.findall(text))
+    ]
 
 
 def describe_unsupported(ops: list[UnsupportedOp]) -> tuple[str, str]:
@@ -137,11 +132,10 @@ def preflight(model: Any) -> list[UnsupportedOp]:
 def has_custom_layers(model: Any) -> bool:
     """Whether any layer's class comes from outside Keras (where
     `tf.py_function` and string ops usually hide)."""
-    for layer in model._flatten_layers(include_self=False):
-        module = type(layer).__module__
-        if not module.startswith(("keras.", "keras_xla.")):
-            return True
-    return False
+    return any(
+        not type(layer).__module__.startswith(("keras.", "keras_xla."))
+        for layer in model._flatten_layers(include_self=False)
+    )
 
 
 def layer_names(model: Any) -> list[str]:
