@@ -86,9 +86,8 @@ def detect(
         source = (
             "`tf.config.optimizer.set_jit(True)`" if requested else "not asked"
         )
-    cpu_global = "tf_xla_cpu_global_jit" in flags and flags[
-        "tf_xla_cpu_global_jit"
-    ] in (None, "true", "1", "True")
+    global_jit = flags.get("tf_xla_cpu_global_jit", "false")
+    cpu_global = global_jit in (None, "true", "1", "True")
     if not requested:
         return AutoClustering(False, False, source)
     if gpus or cpu_global:
