@@ -23,13 +23,6 @@ from keras_xla.xla_setting import (
     set_xla,
 )
 
-# Finding codes for each reason XLA stays off.
-DISABLED_BY_LAYER = findings.JIT_DISABLED_BY_LAYER
-DISABLED_BY_DETERMINISM = findings.JIT_DISABLED_BY_DETERMINISM
-DISABLED_BY_RUN_EAGERLY = findings.JIT_DISABLED_RUN_EAGERLY
-DISABLED_BY_STRATEGY = findings.JIT_DISABLED_BY_STRATEGY
-DISABLED_BY_BACKEND = findings.JIT_DISABLED_BY_BACKEND
-
 
 def op_determinism_enabled() -> bool:
     from tensorflow.python.framework import config as tf_config
@@ -48,10 +41,10 @@ def blocking_cause(model: Any) -> tuple[str, str, str] | None:
 
     unserved = backends.unserved()
     if unserved is not None:
-        return (DISABLED_BY_BACKEND, *unserved)
+        return (findings.JIT_DISABLED_BY_BACKEND, *unserved)
     if getattr(model, "run_eagerly", False):
         return (
-            DISABLED_BY_RUN_EAGERLY,
+            findings.JIT_DISABLED_RUN_EAGERLY,
             "the model runs eagerly (`run_eagerly=True`), which Keras never "
             "compiles",
             "Compile the model with `run_eagerly=False`.",
@@ -59,7 +52,7 @@ def blocking_cause(model: Any) -> tuple[str, str, str] | None:
     bad = layers_without_jit(model)
     if bad:
         return (
-            DISABLED_BY_LAYER,
+            findings.JIT_DISABLED_BY_LAYER,
             "Keras disables XLA because these layers set "
             f"`supports_jit=False`: {', '.join(bad)}",
             "Move these layers into the tf.data pipeline "
@@ -67,7 +60,7 @@ def blocking_cause(model: Any) -> tuple[str, str, str] | None:
         )
     if op_determinism_enabled():
         return (
-            DISABLED_BY_DETERMINISM,
+            findings.JIT_DISABLED_BY_DETERMINISM,
             "Keras disables XLA while op determinism is enabled "
             "(`tf.config.experimental.enable_op_determinism()`)",
             "Disable op determinism for XLA training, or accept training "
@@ -76,7 +69,7 @@ def blocking_cause(model: Any) -> tuple[str, str, str] | None:
     replicas = replicas_in_sync(model)
     if replicas > 1 and not getattr(model, "_keras_xla_per_replica", False):
         return (
-            DISABLED_BY_STRATEGY,
+            findings.JIT_DISABLED_BY_STRATEGY,
             f"the model runs under a tf.distribute strategy with {replicas} "
             "replicas; Keras compiles `strategy.run` as one XLA cluster, "
             "which fails across devices",
@@ -125,7 +118,7 @@ def configure_jit(model: Any, requested: Any) -> tuple[JitInfo, tuple | None]:
         return JitInfo(requested, False, cause[1]), cause
     if not set_xla(model, True):
         cause = (
-            DISABLED_BY_LAYER,
+            findings.JIT_DISABLED_BY_LAYER,
             "Keras refused `jit_compile=True` for this model",
             "Check the model's layers for `supports_jit=False`.",
         )
