@@ -37,12 +37,8 @@ SCOPE = "keras_xla_input_wait"
 # The ops that fetch a batch from a tf.data iterator (plain, optional, or
 # a multi-device iterator's shard).
 FETCH_OPS = frozenset(
-    (
-        "IteratorGetNext",
-        "IteratorGetNextSync",
-        "IteratorGetNextAsOptional",
-        "MultiDeviceIteratorGetNextFromShard",
-    )
+    "IteratorGetNext IteratorGetNextSync IteratorGetNextAsOptional"
+    " MultiDeviceIteratorGetNextFromShard".split()
 )
 # How far back from the batch's tensors the fetch is looked for.
 SEARCH_OPS = 64
