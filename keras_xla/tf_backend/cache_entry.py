@@ -134,11 +134,8 @@ def program_bytes(data: bytes) -> int | None:
         allocations = _fields(executable[2][0]).get(3, [])
     except (KeyError, IndexError, TypeError, ValueError):
         return None
-    total = 0
-    for allocation in allocations:
-        fields = _fields(allocation)
-        if not fields.get(3, [0])[0]:
-            total += fields.get(2, [0])[0]
+    fields = [_fields(allocation) for allocation in allocations]
+    total = sum(f.get(2, [0])[0] for f in fields if not f.get(3, [0])[0])
     return total or None
 
 
