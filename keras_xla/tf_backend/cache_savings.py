@@ -21,11 +21,10 @@ from keras_xla.tf_backend.compile_cache import cache_entries
 def label_cache_use(compilations, before: dict[str, float], directory: str):
     """Marks each compilation as a cache `"hit"` or `"miss"`.
 
-    A miss writes a new entry while its step runs; a hit reads one and
-    writes nothing. `compilations` are report `Compilation`s with
-    `started_at` and `finished_at` (Unix times); `before` is
-    `cache_entries()` from before they ran. Entries are matched to the
-    compilation whose step window holds their modification time.
+    `compilations` are report `Compilation`s with `started_at` and
+    `finished_at` (Unix times); `before` is `cache_entries()` from before
+    they ran. A new entry is matched to the compilation whose step window
+    holds its modification time: that one missed.
     """
     new_times = sorted(
         mtime
@@ -34,12 +33,10 @@ def label_cache_use(compilations, before: dict[str, float], directory: str):
     )
     for c in compilations:
         window = (c.started_at - 0.05, c.finished_at + 0.5)
-        hit = next((t for t in new_times if window[0] <= t <= window[1]), None)
-        if hit is None:
-            c.cache = "hit"
-        else:
-            c.cache = "miss"
-            new_times.remove(hit)
+        new = next((t for t in new_times if window[0] <= t <= window[1]), None)
+        c.cache = "hit" if new is None else "miss"
+        if new is not None:
+            new_times.remove(new)
     return compilations
 
 
@@ -52,8 +49,7 @@ def record_compile_times(directory: str, compile_log) -> dict:
 
     Misses' compile seconds are kept per signature (function and input
     shapes) in `<directory>/keras_xla_compile_times.json`, beside the
-    cache's entries, so a restarted run can compare its hits with the
-    compilation they replaced.
+    cache's entries.
 
     Returns:
         `seconds_saved` (sum over hits of the signature's miss time minus
