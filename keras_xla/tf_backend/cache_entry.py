@@ -6,9 +6,9 @@ An entry is an `XlaSerializedCacheEntry`: field 2 the unoptimized
 GPU's `CompilationResultProto`), whose field 1.1 is the optimized
 `HloModuleProto` XLA ran and field 2 its `BufferAssignmentProto`: the
 program's buffers (field 3, each `BufferAllocationProto`'s size in its
-field 2, a thread-local one flagged in field 3). It is parsed at the wire level,
-with no protobuf class of TensorFlow's. A file on disk is read without
-following a link.
+field 2, a thread-local one flagged in field 3). It is parsed at the wire
+level, with no protobuf class of TensorFlow's. A file on disk is read
+without following a link.
 """
 
 from __future__ import annotations

@@ -16,14 +16,14 @@ keep compiled executables on disk when `TF_XLA_FLAGS` holds
 - Sharing: a directory readable and writable by several processes serves
   them all, e.g. the workers of a multi-worker run or parallel trials.
 
-The cache serves the process through the in-memory compile ledger (set
-at `import keras_xla`): its entries are copied in (hits), and the entries
-this process compiled are copied back out at every epoch end and at exit.
+The cache serves the process through the in-memory compile ledger (set at
+`import keras_xla`): its entries are copied in (hits), and the entries this
+process compiled are copied back out at every epoch end and at exit.
 TensorFlow itself never writes to the directory, so a full disk costs the
 cache, never a step. Only a directory this user alone can write is used,
-entry by entry the same (`core.cache_directory.untrusted`): TensorFlow runs what
-an entry holds, so an entry planted by someone else would run in place of
-the user's step. `trust_shared=True` uses a shared directory the user
+entry by entry the same (`core.cache_directory.untrusted`): TensorFlow runs
+what an entry holds, so an entry planted by someone else would run in place
+of the user's step. `trust_shared=True` uses a shared directory the user
 trusts. Corrupt entries are set aside (`cache_entries`) before TensorFlow
 can load them. With the ledger off (`KERAS_XLA_LEDGER=0`) and TensorFlow
 not yet started, the flag names the directory itself; TensorFlow then

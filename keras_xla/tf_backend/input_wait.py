@@ -1,18 +1,17 @@
 """The train call's wait for its batch, stamped around Keras's get-next.
 
 Keras's TensorFlow train function fetches each batch inside its own
-`tf.function` (`iterator.get_next()`) and passes it to the step it
-compiles with XLA. The host cannot see that fetch apart from the step:
-the call returns when both are done. `InputStamps` adds two
-`tf.timestamp` ops to the outer function (never to the compiled step):
-one with no inputs, which runs as the function starts, beside the
-get-next, and one that waits for the batch. Their difference, in
-microseconds, goes into one small variable; the shape
-probe reads it inside the step that takes the batch and writes it into
-that step's row of its ring buffer. So the wait reaches the host
-with the step's signature, in the one read per run, and belongs to its
-step exactly: a few ops and one variable a call (BENCHMARKS.md, "The
-input-wait stamps on TensorFlow", measures what they cost a fast step).
+`tf.function` (`iterator.get_next()`) and passes it to the step it compiles
+with XLA. The host cannot see that fetch apart from the step: the call
+returns when both are done. `InputStamps` adds two `tf.timestamp` ops to
+the outer function (never to the compiled step): one with no inputs, which
+runs as the function starts, beside the get-next, and one that waits for
+the batch. Their difference, in microseconds, goes into one small variable;
+the shape probe reads it inside the step that takes the batch and writes it
+into that step's row of its ring buffer. So the wait reaches the host with
+the step's signature, in the one read per run, and belongs to its step
+exactly: a few ops and one variable a call (BENCHMARKS.md, "The input-wait
+stamps on TensorFlow", measures what they cost a fast step).
 
 The stamps go in where Keras wraps its step for the outer function
 (`_autoconvert_optionals`, called once as the train function is built),

@@ -9,17 +9,16 @@ keeps these variants on the model, each with the probe its step records
 into and the signatures it has compiled.
 
 In a fit that builds both (a trial, the baseline window), variants that
-differ only in XLA (same precision, same steps per call) share one
-traced train step and its probe: Keras's step function calls
-that `tf.function`, so a variant built after another skips the Python
-trace of the step, XLA still compiles the whole step through the call,
-and without XLA the call costs nothing measurable per step. Tracing
-inside the nested `tf.function` makes the first variant's first call
-longer, about what the XLA twin saves on a small model; so a fit that
-builds one way only traces as Keras does (BENCHMARKS.md, "The shared
-train step"). The probe
-is shared because the traced step records into it; each variant keeps
-its own compiled signatures.
+differ only in XLA (same precision, same steps per call) share one traced
+train step and its probe: Keras's step function calls that `tf.function`,
+so a variant built after another skips the Python trace of the step, XLA
+still compiles the whole step through the call, and without XLA the call
+costs nothing measurable per step. Tracing inside the nested `tf.function`
+makes the first variant's first call longer, about what the XLA twin saves
+on a small model; so a fit that builds one way only traces as Keras does
+(BENCHMARKS.md, "The shared train step"). The probe is shared because the
+traced step records into it; each variant keeps its own compiled
+signatures.
 
 A fit may wrap the installed function (the unsupported-op guard); the
 wrapper is that fit's, so `unwrap()` puts the bare function back when the

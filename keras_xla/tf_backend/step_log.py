@@ -1,13 +1,12 @@
 """StepLog: the calls of a fit's step functions, as step records.
 
-The timer stamps each call; when a run ends (or the probe's ring buffer
-is about to wrap) the new calls become `StepRecord`s, get the signatures
-the probe read, the wait for their batches it carried (`input_wait`) and
-the tracing time it measured, and, while XLA is on,
-the compilations they show (`accounting.detect_compilations`; under
-auto-clustering the compile ledger's entries,
-`accounting.detect_cluster_compilations`). Records stay here until the
-owner takes a run's worth.
+The timer stamps each call; when a run ends (or the probe's ring buffer is
+about to wrap) the new calls become `StepRecord`s, get the signatures the
+probe read, the wait for their batches it carried (`input_wait`) and the
+tracing time it measured, and, while XLA is on, the compilations they show
+(`accounting.detect_compilations`; under auto-clustering the compile
+ledger's entries, `accounting.detect_cluster_compilations`). Records stay
+here until the owner takes a run's worth.
 """
 
 from __future__ import annotations
