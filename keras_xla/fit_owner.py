@@ -601,12 +601,7 @@ class FitOwner:
         one)."""
         switch = self.adapter.switch
         if switch is not None:
-            records = [
-                r
-                for r in records
-                if r.signatures
-                and all(switch.knows("train", s[0]) for s in r.signatures)
-            ]
+            records = [r for r in records if switch.ran_xla(r)]
         return self.adapter.analyze_hlo(stats, records)
 
     def _lints(self, stats: Any, records: list) -> list[tuple]:
@@ -787,11 +782,8 @@ class FitOwner:
         storm.padding_share = choice.padding_share
         storm.bucket_saved_seconds = choice.saved_seconds
         storm.memory_limit_bytes, storm.largest_fitting = limit, largest
+        # Each edge's program's bytes are filled as the edges grow.
         self._bucket_bytes = measured
-        if measured:
-            storm.edge_bytes = [
-                buckets.projected_bytes(measured, edge) for edge in choice.edges
-            ]
         return {**plan, "edges": list(choice.edges), "largest": largest}
 
     def _program_bytes(self, records: list, dim: int) -> dict[int, int]:

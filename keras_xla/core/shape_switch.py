@@ -61,6 +61,13 @@ class ShapeSwitch:
         """Whether a step of `signature` (a `Signature`) ran XLA's step."""
         return signature_key(signature) in self.compiled.get(function, ())
 
+    def ran_xla(self, record: Any) -> bool:
+        """Whether every step of a train call (a `StepRecord`) ran XLA's
+        step."""
+        return bool(record.signatures) and all(
+            self.knows("train", step[0]) for step in record.signatures
+        )
+
     def dispatch(
         self,
         function: str,
@@ -135,9 +142,7 @@ class BucketSwitch(ShapeSwitch):
         for record in records:
             if epoch == off_epoch and record.first_step < off_step:
                 continue
-            record.planned = bool(record.signatures) and all(
-                self.knows("train", step[0]) for step in record.signatures
-            )
+            record.planned = self.ran_xla(record)
 
     def edge(self, size: int) -> int | None:
         """The edge a batch of `size` is padded to (grown if none; None
