@@ -119,7 +119,7 @@ def compilation(
         function=function,
         epoch=epoch,
         step=record.first_step + index,
-        shapes={t.path: list(t.shape) for t in sig.tensors},
+        shapes=sig.shapes(),
         dtypes={t.path: t.dtype for t in sig.tensors},
         compile_seconds=figures.rounded(seconds),
         first=not record.previous.get((index, replica)),

@@ -75,7 +75,7 @@ def shapes_key(shapes: dict) -> tuple:
 
 def signature_key(signature: Any) -> tuple:
     """A `Signature`'s shapes as `shapes_key` writes them."""
-    return shapes_key({t.path: list(t.shape) for t in signature.tensors})
+    return shapes_key(signature.shapes())
 
 
 def count_avoided(

@@ -63,6 +63,10 @@ class Signature:
     def by_path(self) -> dict[str, TensorSignature]:
         return {t.path: t for t in self.tensors}
 
+    def shapes(self) -> dict[str, list]:
+        """Each input's shape by path, as reports write it."""
+        return {t.path: list(t.shape) for t in self.tensors}
+
 
 @dataclasses.dataclass(frozen=True)
 class ShapeChange:

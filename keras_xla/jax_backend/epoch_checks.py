@@ -80,7 +80,7 @@ def analyze_hlo(
             ]
         )
     before = events.pending("train")
-    shapes = {t.path: list(t.shape) for t in sig.tensors}
+    shapes = sig.shapes()
     try:
         section, text = hlo.analyze(
             jitted,

@@ -298,7 +298,7 @@ class JaxFitAdapter(FitAdapter):
                 (
                     example
                     for sig, example in self.tap.examples.items()
-                    if c.shapes == {t.path: list(t.shape) for t in sig.tensors}
+                    if c.shapes == sig.shapes()
                     and c.dtypes
                     in (None, {t.path: t.dtype for t in sig.tensors})
                 ),

@@ -114,7 +114,7 @@ def analyze_train_step(
         peak = flops_lib.known_peak_flops(dtype)
     return HloSection(
         epoch=epoch,
-        shapes={t.path: list(t.shape) for t in signature.tensors},
+        shapes=signature.shapes(),
         analysis_seconds=round(time.perf_counter() - start, 3),
         kernels_per_step=result.kernels_per_step,
         fusions=result.fusions,
@@ -170,7 +170,7 @@ def analyze_or_explain(*args, **kwargs) -> tuple[HloSection | None, tuple]:
 def _ledger_modules(signature: Signature, compile_log) -> tuple[bytes, bytes]:
     """The `(unoptimized, optimized)` modules of the train step's
     compilation for `signature` in this fit, from the ledger."""
-    shapes = {t.path: list(t.shape) for t in signature.tensors}
+    shapes = signature.shapes()
     compiled = [
         c for c in compile_log if c.function == "train" and c.shapes == shapes
     ]

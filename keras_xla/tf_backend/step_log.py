@@ -210,7 +210,7 @@ class StepLog:
                     if counting == JIT and variant.tracker.observe(
                         function, sig, replica
                     ):
-                        shapes = {t.path: list(t.shape) for t in sig.tensors}
+                        shapes = sig.shapes()
                         found.append(
                             {
                                 "function": function,
