@@ -21,40 +21,34 @@ accounting -> epoch statistics -> report -> verdict -> outputs.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import functools
 import logging
 import time
 import weakref
 from collections.abc import Callable
 from typing import Any
 
-from keras_xla import backends, bucket_check, xla_setting
+from keras_xla import backends
 from keras_xla.auto import runner as auto_runner
 from keras_xla.auto.model_state import ModelState
 from keras_xla.auto.policy import AUTO, Candidate, Status
 from keras_xla.auto.runner import Decided, Measured, Next, TrialRunner
 from keras_xla.core import (
-    accounting,
-    buckets,
     files,
-    hardware,
     lints,
     render,
     summaries,
     workers,
 )
 from keras_xla.core import findings as codes
-from keras_xla.core import guard as guard_lib
 from keras_xla.core import job as job_lib
 from keras_xla.core import report as report_lib
 from keras_xla.core import verdict as verdict_lib
 from keras_xla.core.accounting import Accountant
 from keras_xla.core.findings import FindingBook
-from keras_xla.core.shape_switch import BucketSwitch, x_size
 from keras_xla.fit_adapter import Start
 from keras_xla.fit_outputs import FitOutputs, claim_log_dir
+from keras_xla.storm_response import StormResponse
 
 logger = logging.getLogger(__name__)
 
@@ -129,18 +123,22 @@ class FitOwner:
         # (epoch, first step) of the train calls a trial or baseline ran
         # without XLA: not steady XLA steps.
         self._no_xla_calls: set[tuple[int, int]] = set()
-        # The recompilation guard, the epoch's train records it has seen,
-        # and the last train call's start and length (the guard looks at
-        # calls long enough to have compiled). A storm it found is acted
-        # on once, at the next train step (then it is the report's).
-        budget = settings.max_recompilations
-        self.guard = guard_lib.RecompileGuard(budget) if budget else None
-        self._guarded = 0
-        # After a fallback: the shapes it ran without XLA that XLA had
-        # not compiled (each a compilation avoided).
-        self._avoided: set[tuple] = set()
-        # The bucket plan's measured program bytes, by size.
-        self._bucket_bytes: dict[int, int] = {}
+        # The recompilation guard and what it does, and the last train
+        # call's start and length (the guard looks at calls long enough
+        # to have compiled). A storm it found is acted on once, at the
+        # next train step (then it is the report's).
+        self.storms = (
+            StormResponse(
+                settings,
+                model,
+                self.report,
+                self.book,
+                self.adapter,
+                self.worker.count if self.worker else 1,
+            )
+            if settings.max_recompilations
+            else None
+        )
         self._train_began: float | None = None
         self._train_seconds = 0.0
         self._hlo_done = False
@@ -327,7 +325,7 @@ class FitOwner:
     # Per step: the clock is read first.
 
     def step_begin(self, function: str, batch: int) -> None:
-        if self.active and function == "train" and self.guard is not None:
+        if self.active and function == "train" and self.storms is not None:
             # Before this call's clock: a look after a compilation is
             # charged to the call that compiled, not to this one.
             self._watch_storm(batch)
@@ -495,36 +493,8 @@ class FitOwner:
         self._epoch_open = False
         if interrupted and not records:
             return None
-        if self.guard is not None:
-            self._observe(records)
-            if self.report.guard is not None:
-                switch = self.adapter.switch
-                compiled = {
-                    guard_lib.shapes_key(c.shapes)
-                    for c in self.report.compile_log
-                    if c.function == "train"
-                }
-                guard_lib.count_avoided(
-                    self.report.guard,
-                    records,
-                    functools.partial(switch.knows, "train")
-                    if switch is not None
-                    else lambda sig: guard_lib.signature_key(sig) in compiled,
-                    epoch,
-                    self._avoided,
-                )
-                if isinstance(switch, BucketSwitch):
-                    self.report.guard.edges = list(switch.edges)
-                    self.report.guard.grown = list(switch.grown)
-                    if self._bucket_bytes:
-                        self.report.guard.edge_bytes = [
-                            buckets.projected_bytes(self._bucket_bytes, edge)
-                            for edge in switch.edges
-                        ]
-                    switch.mark_planned(
-                        records, self.report.guard.off_from, epoch
-                    )
-        self._guarded = 0
+        if self.storms is not None:
+            self.storms.end_epoch(records, epoch)
         no_xla = {step for e, step in self._no_xla_calls if e == epoch}
         for record in records:
             record.warmup = record.warmup or record.first_step in no_xla
@@ -635,50 +605,30 @@ class FitOwner:
         compiled, the calls so far are collected and shown to the guard;
         a storm is acted on now, before the step (a trial or baseline
         window running ends: XLA's side of it is the storm)."""
-        looking = self.guard.storm is None and self._xla_trains()
-        seen = self._compiled_in_last_call() if looking else None
+        storms, epoch = self.storms, self.accountant.epoch
+        looking = storms.guard.storm is None and self._xla_trains()
+        long_call = looking and storms.long_call(self._train_seconds)
+        seen = self.log.compilations(long_call) if looking else None
         records: list = []
         if seen is not None:
             self._train_seconds = 0.0
             self.log.close(time.perf_counter())  # the last call ended
             records = self.log.collect("train", next_step=batch)
-            if records and seen > len(records[-1].new):
-                # The backend saw more compilations than the call's own:
-                # another function's (its spike is a compilation).
-                records[-1].other_compilations += seen - len(records[-1].new)
-            self._observe(records)
-        if self.guard.storm is not None and self.report.guard is None:
-            if self.trial is not None:
-                self._abandon_trial(GUARD_REASON)
-            self._act_on_storm(self.guard.storm, batch, records)
-
-    def _compiled_in_last_call(self) -> int | None:
-        """The backend's count of the last train call's compilations,
-        given whether it ran long enough to have compiled
-        (`guard.CHECK_SECONDS`, and twice the typical call that compiled
-        nothing)."""
-        typical = self.guard.typical_seconds or 0.0
-        long_call = self._train_seconds >= max(
-            guard_lib.CHECK_SECONDS, 2 * typical
+            storms.observe(records, epoch, seen)
+        if storms.guard.storm is None or self.report.guard is not None:
+            return
+        if self.trial is not None:
+            self._abandon_trial(GUARD_REASON)
+        error = storms.act(
+            epoch,
+            batch,
+            records,
+            self._remaining_calls(epoch, batch),
+            self._steps_per_call(),
         )
-        return self.log.compilations(long_call)
-
-    def _observe(self, records: list) -> None:
-        """The epoch's train records the guard has not seen yet."""
-        new, self._guarded = records[self._guarded :], len(records)
-        self.guard.observe(
-            new, self._xla_saved_seconds(), self.accountant.epoch
-        )
-
-    def _xla_saved_seconds(self) -> float:
-        """What XLA saved so far: the baseline's difference per step times
-        the steps trained (0 before the baseline measured, or where XLA
-        was the slower)."""
-        b = self.report.baseline
-        if b is None or b.no_xla_step_ms is None or b.xla_step_ms is None:
-            return 0.0
-        steps = sum(e.steps for e in self.report.epochs) + self._guarded
-        return max(b.no_xla_step_ms - b.xla_step_ms, 0.0) / 1000.0 * steps
+        if error is not None:
+            self.interrupted()
+            raise error
 
     def _remaining_calls(self, epoch: int, step: int) -> int | None:
         """The fit's train calls from `step` of `epoch` on (None:
@@ -688,127 +638,6 @@ class FitOwner:
             return None
         left = (epochs - epoch) * steps - step
         return max(left, 0) // self._steps_per_call()
-
-    def _act_on_storm(self, storm: Any, batch: int, records: list) -> None:
-        """The guard found a storm in the epoch's train `records`; train
-        step `batch` is next: `on_recompile_storm` says what to do (pad
-        to buckets, fall back to no XLA from that step for new shapes or
-        for every shape, raise, or warn)."""
-        action, epoch = self.settings.on_recompile_storm, self.accountant.epoch
-        remaining = self._remaining_calls(epoch, batch)
-        workers = self.worker.count if self.worker else 1
-        switch, instead = None, ""
-        if action == "bucket" and workers == 1:
-            bucket = self._bucket_plan(storm, records, remaining)
-            switch = bucket and self.adapter.switch_shapes(bucket)
-            action = "bucket" if switch is not None else "per_shape"
-        if action == "per_shape" and workers == 1:
-            switch = switch or self.adapter.switch_shapes()
-            if switch is None:
-                action, per_call = "fallback", self._steps_per_call()
-                runs = (
-                    f"runs {per_call} batches per call"
-                    if per_call > 1
-                    else "runs its step on several replicas"
-                )
-                instead = (
-                    f" on_recompile_storm={self.settings.on_recompile_storm!r}"
-                    " needs one batch per train call on one replica; this "
-                    f"fit {runs}, so XLA is off for every shape instead."
-                )
-        kept = len(switch.compiled["train"]) if switch is not None else 0
-        message, fix, reason = guard_lib.act(
-            storm, action, epoch, batch, remaining, workers, kept
-        )
-        message += instead
-        action = storm.action
-        self.report.guard = storm
-        place = ("train", storm.input, storm.dim)
-        self.book.add(codes.RECOMPILE_STORM, message, fix, place)
-        if action == "raise":
-            self.interrupted()
-            raise guard_lib.XLARecompileStormError(f"{message} Fix: {fix}")
-        if action == "fallback":
-            # The model's step functions without XLA (of its precision,
-            # built once per model): no step is lost, nothing compiles.
-            xla_setting.set_xla(self.model, False)
-            self.adapter.put(None)
-        if action in guard_lib.ACTING and self.report.jit is not None:
-            # Per shape and bucketed XLA stays on.
-            self.report.jit.enabled = action != "fallback"
-            self.report.jit.reason = reason
-
-    def _bucket_plan(
-        self, storm: Any, records: list, remaining: int | None
-    ) -> dict | None:
-        """`on_recompile_storm="bucket"`: the switch's plan (the storm's
-        `edges`, `padding_share` and `bucket_saved_seconds` filled), from
-        the sizes the epoch's train calls ran, scaled to the fit's
-        remaining calls, at the storm's compile seconds and the typical
-        step's time per unit of the dimension; None, with the finding
-        that says why, where padding could change the result."""
-        last = records[-1].signatures if records else []
-        signature = last[-1][0] if last else None
-        plan, why = bucket_check.plan(self.model, signature, storm)
-        if plan is None:
-            self._refuse_bucket(storm, why)
-            return None
-        sizes = collections.Counter(
-            x_size(step[0], plan["dim"])
-            for r in records
-            for step in r.signatures
-        )
-        sizes.pop(None, None)
-        measured = self._program_bytes(records, plan["dim"])
-        limit = hardware.memory_limit(backends.device_infos())
-        largest = buckets.largest_fitting(measured, limit)
-        if largest is not None and min(sizes) > largest:
-            self._refuse_bucket(
-                storm,
-                f"no size of it fits the device's memory: a program of "
-                f"size {min(sizes)} needs about "
-                f"{render.size(buckets.projected_bytes(measured, min(sizes)))}"
-                f" of {render.size(limit)}",
-            )
-            return None
-        choice = buckets.choose_for_run(
-            sizes,
-            remaining,
-            storm.compile_seconds / max(storm.recompilations, 1),
-            self.guard.typical_seconds or 0.0,
-            largest,
-        )
-        storm.edges = list(choice.edges)
-        storm.padding_share = choice.padding_share
-        storm.bucket_saved_seconds = choice.saved_seconds
-        storm.memory_limit_bytes, storm.largest_fitting = limit, largest
-        # Each edge's program's bytes are filled as the edges grow.
-        self._bucket_bytes = measured
-        return {**plan, "edges": list(choice.edges), "largest": largest}
-
-    def _program_bytes(self, records: list, dim: int) -> dict[int, int]:
-        """The memory of the programs the storm's train calls compiled, by
-        the size of `x`'s dimension `dim` (`FitAdapter.programs`)."""
-        compiled = [
-            accounting.compilation("train", self.accountant.epoch, r, i, rep)
-            for r in records
-            for i, rep in r.new
-        ]
-        self.adapter.programs(compiled)
-        return {
-            c.shapes["x"][dim]: c.program_bytes
-            for c in compiled
-            if c.program_bytes and len(c.shapes.get("x", ())) > dim
-        }
-
-    def _refuse_bucket(self, storm: Any, why: str) -> None:
-        """The `bucket-refused` finding: the guard runs per shape."""
-        message = (
-            f"on_recompile_storm='bucket' did not pad {guard_lib.where(storm)}"
-            f": {why}. New shapes run without XLA instead (per shape)."
-        )
-        place = ("train", storm.input, storm.dim)
-        self.book.add(codes.BUCKET_REFUSED, message, bucket_check.FIX, place)
 
 
 def _worker(model: Any) -> workers.Worker | None:

@@ -239,7 +239,8 @@ def test_per_shape_falls_back_whole_where_the_backend_cannot_switch():
         compile_seconds=4.5, saved_seconds=0.0, window=10, compiled=9,
         input="x", dim=1, cause="dynamic_dim",
     )  # fmt: skip
-    fit._act_on_storm(storm, 10, [])
+    fit.storms.guard.storm = storm
+    fit._watch_storm(10)  # the owner acts before step 10
     assert storm.action == "fallback" and storm.off_from == [0, 10]
     assert fit.model.jit_compile is False
     assert ("put", False, False) in fit.adapter.asked
@@ -266,7 +267,7 @@ def test_bucket_refuses_a_model_that_does_not_mask_its_padding():
     )
     model.compile("sgd", "mse")
     fit = owner(on_recompile_storm="bucket")
-    fit.model = model
+    fit.model = fit.storms.model = model
     asked = []
     fit.adapter.switch_shapes = lambda bucket=None: asked.append(bucket)
     storm = GuardSection(
@@ -282,7 +283,8 @@ def test_bucket_refuses_a_model_that_does_not_mask_its_padding():
         ),
     )
     records = [StepRecord("train", 9, 0.5, signatures=[(sig,)])]
-    fit._act_on_storm(storm, 10, records)
+    fit.storms.guard.storm = storm
+    assert fit.storms.act(0, 10, records, None, 1) is None
     # Not padded: per shape was asked for instead (the stub could not).
     assert asked == [None]
     (found,) = [f for f in fit.book.findings if f.code == "bucket-refused"]
