@@ -110,30 +110,27 @@ def _line_compiles(line, names) -> list[CompileEvent]:
     return out
 
 
-class ProfileWindow:
-    """Captures a TF profiler trace over a range of train steps.
-
-    The trace goes to `<log_dir>/plugins/profile/<run>/`, where
-    TensorBoard's Profile tab (tensorboard-plugin-profile) finds it. From
-    the same trace, `compile_events()` reads the XLA compilations that
-    happened in the window.
+class ProfileRun:
+    """A fit's `profile_steps` window: a TF profiler trace over a range of
+    train steps, started and stopped by call index, stopped too if the fit
+    is interrupted. The trace goes to `<log_dir>/plugins/profile/<run>/`,
+    where TensorBoard's Profile tab (tensorboard-plugin-profile) finds it;
+    its section (the XLA compilations the trace holds) and `profiler-busy`
+    finding go to the fit's report and finding book.
 
     Args:
         log_dir: The TensorBoard log directory.
-        start: First global train step (0-based) in the window.
-        stop: Last global train step in the window.
+        steps: `XLATuner(profile_steps=(start, stop))`, the first and last
+            global train step (0-based) in the window, checked by
+            `settings.check_profile_steps`.
+        report: The fit's `XLAReport`.
+        book: The fit's `FindingBook`.
     """
 
-    def __init__(self, log_dir: str, start: int, stop: int) -> None:
-        if not (isinstance(start, int) and isinstance(stop, int)) or not (
-            0 <= start <= stop
-        ):
-            raise ValueError(
-                f"Unsupported value `profile_steps=({start!r}, {stop!r})`: "
-                "pass (start, stop) with 0 <= start <= stop."
-            )
+    def __init__(self, log_dir: str, steps, report, book) -> None:
         self.log_dir = log_dir
-        self.start, self.stop = start, stop
+        self.start, self.stop = steps
+        self.report, self.book = report, book
         self.running = False
         self.done = False
         self.calls = 0  # train calls seen so far
@@ -141,25 +138,40 @@ class ProfileWindow:
         self.started_at = self.ended_at = 0.0
         self._files_before: set[str] = set()
 
-    def begin(self, now: float | None = None) -> str | None:
-        """Starts the profiler; returns an error message instead of
-        raising when it cannot (another profiler is running, say). `now`:
-        the Unix time the first call of the window began, if earlier."""
+    @classmethod
+    def of(cls, settings, report, book) -> ProfileRun | None:
+        """The window `settings.profile_steps` asks for, or None."""
+        if settings.profile_steps is None:
+            return None
+        return cls(settings.log_dir, settings.profile_steps, report, book)
+
+    def before_call(self, now: float) -> None:
+        """Before each train call (begun at Unix time `now`): starts or
+        stops the profiler where the window says."""
+        index, self.calls = self.calls, self.calls + 1
+        if self.running and index > self.stop:
+            self.finish()
+        elif not self.done and not self.running and index == self.start:
+            self._begin(now)
+
+    def _begin(self, now: float) -> None:
+        """Starts the profiler; a profiler that cannot start (another one
+        is running, say) is a finding, not an error."""
         import tensorflow as tf
 
         self._files_before = set(xplane_files(self.log_dir))
-        started = time.time() if now is None else min(now, time.time())
+        started = min(now, time.time())
         try:
             tf.profiler.experimental.start(self.log_dir)
         except Exception as error:  # noqa: BLE001 - never stop training
             self.done = True
-            return f"{type(error).__name__}: {error}".strip()
+            self._busy(error)
+            return
         self.running = True
         self.started_at = started
-        return None
 
-    def end(self) -> str | None:
-        """Stops the profiler; returns an error message instead of raising."""
+    def _end(self) -> Exception | None:
+        """Stops a running profiler; returns what it raised, if anything."""
         import tensorflow as tf
 
         if not self.running:
@@ -170,103 +182,44 @@ class ProfileWindow:
         try:
             tf.profiler.experimental.stop()
         except Exception as error:  # noqa: BLE001 - never stop training
-            return f"{type(error).__name__}: {error}".strip()
+            return error
         return None
 
-    def before_call(
-        self, compile_log, now: float | None = None
-    ) -> tuple[ProfileSection | None, str]:
-        """Before each train call of the fit (begun at Unix time `now`):
-        starts or stops the profiler where the window says. Returns the
-        report's section when the window just closed, and an error message
-        ('' if none)."""
-        index, self.calls = self.calls, self.calls + 1
-        if self.running and index > self.stop:
-            return self.finish(compile_log)
-        if not self.done and not self.running and index == self.start:
-            return None, self.begin(now) or ""
-        return None, ""
-
-    def finish(self, compile_log) -> tuple[ProfileSection | None, str]:
-        """Stops a running window: its section, or an error message."""
+    def finish(self) -> None:
+        """At train end (or past the window): stops a running window and
+        puts its section in the report."""
         if not self.running:
-            return None, ""
-        error = self.end()
-        if error:
-            return None, error
-        return self.section(compile_log), ""
-
-    def section(self, compile_log) -> ProfileSection:
-        """The report's `profile` section: the trace's files and compile
-        events, and how many of the tuner's compilations (report
-        `Compilation`s) started inside the window."""
-        events = self.compile_events()
-        return ProfileSection(
-            steps=[self.start, self.stop],
-            directory=os.path.join(self.log_dir, "plugins", "profile"),
-            files=self.new_files(),
-            profiler_compilations=len(events),
-            profiler_compile_seconds=[round(e.seconds, 4) for e in events],
-            tuner_compilations=self.count_inside(compile_log),
-        )
-
-    def count_inside(self, compile_log) -> int:
-        """The compilations whose calls started inside the window."""
-        return sum(
-            self.started_at <= c.started_at <= self.ended_at
-            for c in compile_log
-        )
-
-    def new_files(self) -> list[str]:
-        return [
+            return
+        error = self._end()
+        if error is not None:
+            self._busy(error)
+            return
+        files = [
             f for f in xplane_files(self.log_dir) if f not in self._files_before
         ]
-
-    def compile_events(self) -> list[CompileEvent]:
-        """XLA compilations recorded in this window's trace."""
-        return _read_files(self.new_files())
-
-
-class ProfileRun:
-    """A fit's `profile_steps` window: made at its first train call,
-    started and stopped by call index, stopped too if the fit is
-    interrupted; its section and `profiler-busy` finding go to the fit's
-    report and finding book.
-
-    Args:
-        log_dir: The TensorBoard log directory.
-        steps: `XLATuner(profile_steps=(start, stop))`.
-        report: The fit's `XLAReport`.
-        book: The fit's `FindingBook`.
-    """
-
-    def __init__(self, log_dir: str, steps, report, book) -> None:
-        self.window = ProfileWindow(log_dir, *steps)
-        self.report, self.book = report, book
-
-    @classmethod
-    def of(cls, settings, report, book) -> ProfileRun | None:
-        """The window `settings.profile_steps` asks for, or None."""
-        if settings.profile_steps is None:
-            return None
-        return cls(settings.log_dir, settings.profile_steps, report, book)
-
-    def before_call(self, now: float) -> None:
-        """Before each train call (begun at Unix time `now`)."""
-        log = self.report.compile_log
-        self._apply(*self.window.before_call(log, now))
-
-    def finish(self) -> None:
-        """At train end: stops a window still open."""
-        self._apply(*self.window.finish(self.report.compile_log))
+        events = _read_files(files)
+        self.report.profile = ProfileSection(
+            steps=[self.start, self.stop],
+            directory=os.path.join(self.log_dir, "plugins", "profile"),
+            files=files,
+            profiler_compilations=len(events),
+            profiler_compile_seconds=[round(e.seconds, 4) for e in events],
+            tuner_compilations=self._count_inside(),
+        )
 
     def count(self) -> None:
         """The report learns of a run's compilations when it ends: the
         section's count of the tuner's compilations in the window."""
         profile = self.report.profile
         if profile is not None:
-            log = self.report.compile_log
-            profile.tuner_compilations = self.window.count_inside(log)
+            profile.tuner_compilations = self._count_inside()
+
+    def _count_inside(self) -> int:
+        """The compilations whose calls started inside the window."""
+        return sum(
+            self.started_at <= c.started_at <= self.ended_at
+            for c in self.report.compile_log
+        )
 
     def abort(self) -> None:
         """The fit raised: the profiler stops, and the trace written so
@@ -274,17 +227,15 @@ class ProfileRun:
         try:
             self.finish()
         finally:
-            self.window.end()  # stopped even if reading the trace failed
+            self._end()  # stopped even if reading the trace failed
 
-    def _apply(self, section, error: str) -> None:
+    def _busy(self, error: Exception) -> None:
         from keras_xla.core import findings
 
-        if section is not None:
-            self.report.profile = section
-        if error:
-            self.book.add(
-                findings.PROFILER_BUSY,
-                f"The profiler window could not run: {error}",
-                "Run one profiler at a time (keras.callbacks.TensorBoard("
-                "profile_batch=...) or XLATuner(profile_steps=...)).",
-            )
+        self.book.add(
+            findings.PROFILER_BUSY,
+            "The profiler window could not run: "
+            f"{type(error).__name__}: {error}".strip(),
+            "Run one profiler at a time (keras.callbacks.TensorBoard("
+            "profile_batch=...) or XLATuner(profile_steps=...)).",
+        )
