@@ -18,7 +18,6 @@ import time
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
-CACHE_MISS_EVENT = "/jax/compilation_cache/cache_misses"
 # The Keras step functions whose compilations are counted, by JAX's name.
 STEP_NAMES = {"jit(train_step)": "train", "jit(test_step)": "test"}
 
@@ -60,10 +59,6 @@ class CompileEvents:
         self.other_compilations = 0  # primitives, Keras's own helpers
         self.other_seconds = 0.0
 
-    @property
-    def installed(self) -> bool:
-        return self._installed
-
     def install(self) -> None:
         """Registers the listeners with `jax.monitoring`."""
         if self._installed:
@@ -84,10 +79,7 @@ class CompileEvents:
 
         for unregister, listener in (
             (monitoring.unregister_event_listener, self._on_event),
-            (
-                monitoring.unregister_event_duration_listener,
-                self._on_duration,
-            ),
+            (monitoring.unregister_event_duration_listener, self._on_duration),
         ):
             try:
                 unregister(listener)
