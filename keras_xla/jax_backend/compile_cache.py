@@ -40,10 +40,6 @@ def cache_entries(directory: str) -> dict[str, float]:
     return out
 
 
-# JAX's names for an entry and its access time (`jax._src.lru_cache`).
-ENTRY_SUFFIXES = ("-cache", "-atime")
-
-
 def clear_compile_cache(directory: str) -> int:
     """Deletes JAX's entries in `directory` (its `-cache` and `-atime`
     files; never a link or anything else there); returns how many were
@@ -51,7 +47,8 @@ def clear_compile_cache(directory: str) -> int:
     removed = 0
     for name in cache_entries(directory):
         path = os.path.join(directory, name)
-        if not name.endswith(ENTRY_SUFFIXES) or os.path.islink(path):
+        # JAX's names for an entry and its access time (`jax._src.lru_cache`).
+        if not name.endswith(("-cache", "-atime")) or os.path.islink(path):
             continue
         try:
             os.remove(path)
@@ -87,28 +84,22 @@ def enable_compile_cache(
     if why is not None:
         return refused(directory, why, "JAX", existing)
     import jax
+    from jax.experimental.compilation_cache import compilation_cache
 
     jax.config.update("jax_compilation_cache_dir", directory)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    _reset_cache()
-    writable = os.access(directory, os.W_OK)
+    # JAX decides once per process whether the cache is used; a cache
+    # directory set after that decision needs it taken again.
+    compilation_cache.reset_cache()
     return CacheStatus(
         directory,
         True,
         existing,
         f"JAX persistent compile cache active in {directory} "
         f"({existing} files found).",
-        persist=writable,
+        persist=os.access(directory, os.W_OK),
     )
-
-
-def _reset_cache() -> None:
-    """JAX decides once per process whether the cache is used; a cache
-    directory set after that decision needs it taken again."""
-    from jax.experimental.compilation_cache import compilation_cache
-
-    compilation_cache.reset_cache()
 
 
 def settings() -> dict:
