@@ -3,6 +3,7 @@ jit-compiled and why not, and what stays a TensorFlow feature."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from keras_xla import xla_setting
@@ -36,17 +37,8 @@ def device_count() -> int:
     one)."""
     import keras
 
-    distribution = keras.distribution.distribution()
-    if distribution is None:
-        return 1
-    mesh = getattr(distribution, "device_mesh", None)
-    shape = getattr(mesh, "shape", None)
-    if not shape:
-        return 1
-    count = 1
-    for size in shape:
-        count *= int(size)
-    return count
+    mesh = getattr(keras.distribution.distribution(), "device_mesh", None)
+    return math.prod(int(size) for size in getattr(mesh, "shape", None) or ())
 
 
 def configure_jit(

@@ -212,23 +212,17 @@ class JaxStepLog:
             for sig in call.signatures:
                 tracker.observe(call.function, sig)
             compiled = [e for e in call.events if not e.cache_hit]
-            if compiled:
-                found.append(
-                    {
-                        "function": call.function,
-                        "shapes": {
-                            t.path: list(t.shape)
-                            for t in (
-                                call.signatures[0].tensors
-                                if call.signatures
-                                else ()
-                            )
-                        },
-                        "compilations": len(compiled),
-                        "compile_seconds": round(
-                            sum(e.seconds for e in compiled), 4
-                        ),
-                        "found": when,
-                    }
-                )
+            if not compiled:
+                continue
+            seconds = sum(e.seconds for e in compiled)
+            shapes = call.signatures[0].shapes() if call.signatures else {}
+            found.append(
+                {
+                    "function": call.function,
+                    "shapes": shapes,
+                    "compilations": len(compiled),
+                    "compile_seconds": round(seconds, 4),
+                    "found": when,
+                }
+            )
         return found

@@ -57,9 +57,6 @@ class TapCall:
         function: `"train"` or `"test"`.
         signatures: One signature per batch the call pulled.
         events: JAX's compile events of the step function in the call.
-        hooked: Whether a batch-begin hook announced the call (else it ran
-            outside the fit's own steps: a callback's `evaluate`).
-        error: The exception that ended the call, if any (its name).
         own: The tap's own seconds in the call.
         input: The seconds the call waited for its batches (`next()` on
             Keras's iterator).
@@ -72,8 +69,6 @@ class TapCall:
     function: str
     signatures: list = dataclasses.field(default_factory=list)
     events: list = dataclasses.field(default_factory=list)
-    hooked: bool = True
-    error: str | None = None
     own: float = 0.0
     input: float = 0.0
     source: Any = None
@@ -134,6 +129,7 @@ class StepTap:
     def __init__(self, events: CompileEvents) -> None:
         self.events = events
         self.calls: dict[str, list[TapCall]] = {f: [] for f in FUNCTIONS}
+        # Calls no batch-begin hook announced (a callback's `evaluate`).
         self.outside: list[TapCall] = []
         self._armed = dict.fromkeys(FUNCTIONS, 0)
         # A batch of each signature (its specs), for the HLO analysis.
@@ -181,7 +177,7 @@ class StepTap:
             hooked = self._armed[function] > 0
             if hooked:
                 self._armed[function] -= 1
-            call = TapCall(function, hooked=hooked, source=fn)
+            call = TapCall(function, source=fn)
             others = (
                 self._others_at_arm
                 if hooked
@@ -202,7 +198,6 @@ class StepTap:
             except StopIteration:
                 raise  # Keras's end of the data
             except Exception as error:
-                call.error = type(error).__name__
                 if self.error_handler is not None:
                     self.error_handler(function, error)
                 raise
