@@ -20,22 +20,11 @@ from typing import Any
 TENSORFLOW, JAX = "tensorflow", "jax"
 SERVED = (TENSORFLOW, JAX)
 
-# Each backend's package for each part (module, attribute).
-_PARTS = {
-    TENSORFLOW: {
-        "fit_adapter": ("keras_xla.tf_backend.fit_adapter", "TFFitAdapter"),
-        "compile_cache": ("keras_xla.tf_backend.compile_cache", None),
-        "doctor": ("keras_xla.tf_backend.doctor", None),
-        "xla_model": ("keras_xla.tf_backend.xla_model", "XLAModel"),
-        "environment": ("keras_xla.tf_backend.environment", None),
-    },
-    JAX: {
-        "fit_adapter": ("keras_xla.jax_backend.fit_adapter", "JaxFitAdapter"),
-        "compile_cache": ("keras_xla.jax_backend.compile_cache", None),
-        "doctor": ("keras_xla.jax_backend.doctor", None),
-        "xla_model": ("keras_xla.jax_backend.xla_model", "XLAModel"),
-        "environment": ("keras_xla.jax_backend.environment", None),
-    },
+# Each backend's package (its parts are modules there), and its fit
+# adapter's class.
+_PACKAGES = {
+    TENSORFLOW: ("keras_xla.tf_backend", "TFFitAdapter"),
+    JAX: ("keras_xla.jax_backend", "JaxFitAdapter"),
 }
 
 
@@ -73,29 +62,22 @@ def unserved(backend: str | None = None) -> tuple[str, str] | None:
 
 
 def _part(part: str) -> Any:
-    """The backend's `part`: JAX's on JAX, TensorFlow's otherwise (a
-    backend keras_xla does not serve finds its findings there)."""
-    backend = JAX if name() == JAX else TENSORFLOW
-    module, attribute = _PARTS[backend][part]
-    loaded = importlib.import_module(module)
-    return loaded if attribute is None else getattr(loaded, attribute)
+    """The backend's `part` module: JAX's on JAX, TensorFlow's otherwise
+    (a backend keras_xla does not serve finds its findings there)."""
+    package, _ = _PACKAGES[JAX if name() == JAX else TENSORFLOW]
+    return importlib.import_module(f"{package}.{part}")
 
 
 def fit_adapter() -> type:
     """What one `fit` needs of this backend (`fit_adapter.FitAdapter`)."""
-    return _part("fit_adapter")
+    _, adapter = _PACKAGES[JAX if name() == JAX else TENSORFLOW]
+    return getattr(_part("fit_adapter"), adapter)
 
 
 def worker(model: Any) -> Any:
     """This process's `core.workers.Worker` in a job of several workers
     training `model`, or None."""
     return _part("environment").worker(model)
-
-
-def compile_cache() -> Any:
-    """The persistent compile cache's module (`enable_compile_cache`,
-    `clear_compile_cache`)."""
-    return _part("compile_cache")
 
 
 def doctor() -> Any:
@@ -107,13 +89,13 @@ def doctor() -> Any:
 def xla_model() -> type:
     """`keras_xla.XLAModel`: TensorFlow's per-replica model, or a stand-in
     that says what to use instead."""
-    return _part("xla_model")
+    return _part("xla_model").XLAModel
 
 
 def enable_compile_cache(directory: Any, trust_shared: bool = False) -> Any:
     """Turns the backend's persistent compile cache on for this process;
     returns its `CacheStatus`."""
-    return compile_cache().enable_compile_cache(
+    return _part("compile_cache").enable_compile_cache(
         directory, trust_shared=trust_shared
     )
 
@@ -121,7 +103,7 @@ def enable_compile_cache(directory: Any, trust_shared: bool = False) -> Any:
 def clear_compile_cache(directory: Any) -> int:
     """Deletes the backend's entries in a compile cache directory; returns
     how many were removed."""
-    return compile_cache().clear_compile_cache(directory)
+    return _part("compile_cache").clear_compile_cache(directory)
 
 
 def flag_problems() -> list:

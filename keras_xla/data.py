@@ -32,8 +32,6 @@ except ImportError as error:  # e.g. installed for Keras's JAX backend only
         "too), or pad and bucket your batches in your own pipeline."
     ) from error
 
-_OFFSETS = ("random", "center")
-
 
 def fixed_slice(
     image: tf.Tensor,
@@ -79,7 +77,7 @@ def fixed_slice(
     shape = tf.shape(image)
     room_h, room_w = shape[0] - height, shape[1] - width
     if isinstance(offset, str):
-        if offset not in _OFFSETS:
+        if offset not in ("random", "center"):
             raise ValueError(
                 f"Unsupported value `fixed_slice(offset={offset!r})`. "
                 "Possible choices are: 'random', 'center', or (top, left)."
@@ -282,14 +280,19 @@ def _check_batch_size(batch_size, fn):
         )
 
 
-def _check_unbatched(dataset, fn):
-    """Raises if `dataset` was batched (and not unbatched since): batching
-    it again would give batches of batches."""
-    ds = dataset
+def _check_elements(dataset, fn):
+    """`dataset`'s element spec, checked: 2 or 3 items, and unbatched
+    (batching a batched dataset again gives batches of batches)."""
+    spec = dataset.element_spec
+    if not isinstance(spec, tuple) or len(spec) not in (2, 3):
+        raise ValueError(
+            f"{fn}() expects unbatched (x, y) or (x, y, sample_weight) "
+            f"elements; got element spec {spec}."
+        )
     for _ in range(100):
-        name = type(ds).__name__
+        name = type(dataset).__name__
         if "Unbatch" in name:
-            return
+            break
         if "Batch" in name:
             raise ValueError(
                 f"{fn}() expects an unbatched dataset, and this one is "
@@ -297,20 +300,9 @@ def _check_unbatched(dataset, fn):
                 f"`.batch()`, or call `.unbatch()` first: {fn}() makes the "
                 "batches itself."
             )
-        ds = getattr(ds, "_input_dataset", None)
-        if ds is None:
-            return
-
-
-def _check_elements(dataset, fn):
-    """`dataset`'s element spec, checked: unbatched, 2 or 3 items."""
-    spec = dataset.element_spec
-    if not isinstance(spec, tuple) or len(spec) not in (2, 3):
-        raise ValueError(
-            f"{fn}() expects unbatched (x, y) or (x, y, sample_weight) "
-            f"elements; got element spec {spec}."
-        )
-    _check_unbatched(dataset, fn)
+        dataset = getattr(dataset, "_input_dataset", None)
+        if dataset is None:
+            break
     return spec
 
 

@@ -139,26 +139,19 @@ def check_arguments(**arguments: Any) -> None:
     if unknown:
         raise TypeError(f"XLATuner arguments {sorted(unknown)} are unknown")
     a = arguments
-    log_dir, profile_steps = a["log_dir"], a["profile_steps"]
-    peak_flops, mixed_precision = a["peak_flops"], a["mixed_precision"]
-    compile_cache = a["compile_cache"]
-    if log_dir is not None and (
-        not isinstance(log_dir, (str, os.PathLike)) or not os.fspath(log_dir)
-    ):
-        raise ValueError(
-            f"Unsupported value `XLATuner(log_dir={log_dir!r})`: pass a "
-            "directory path or None."
-        )
+    profile_steps, peak_flops = a["profile_steps"], a["peak_flops"]
+    mixed_precision = a["mixed_precision"]
+    for name in ("log_dir", "compile_cache"):
+        path = a[name]
+        if path is not None and (
+            not isinstance(path, (str, os.PathLike)) or not os.fspath(path)
+        ):
+            raise ValueError(
+                f"Unsupported value `XLATuner({name}={path!r})`: pass a "
+                "directory path or None."
+            )
     if profile_steps is not None:
         check_profile_steps(profile_steps)
-    if compile_cache is not None and (
-        not isinstance(compile_cache, (str, os.PathLike))
-        or not os.fspath(compile_cache)
-    ):
-        raise ValueError(
-            f"Unsupported value `XLATuner(compile_cache={compile_cache!r})`:"
-            " pass a directory path or None."
-        )
     for name, choices in (
         ("jit_compile", (*xla_setting.JIT_CHOICES, "auto")),
         ("verbose", (0, 1)),
@@ -172,17 +165,14 @@ def check_arguments(**arguments: Any) -> None:
                 f"Unsupported value `XLATuner({name}={value!r})`. "
                 f"Possible choices are: {', '.join(map(repr, choices))}."
             )
-    if profile_steps is not None and log_dir is None:
+    if profile_steps is not None and a["log_dir"] is None:
         raise ValueError(
             f"`XLATuner(profile_steps={profile_steps!r})` needs a log_dir."
         )
-    number = isinstance(peak_flops, (int, float)) and not isinstance(
-        peak_flops, bool
-    )
-    if not (
-        peak_flops is None
-        or peak_flops == "measure"
-        or (number and peak_flops > 0)
+    if peak_flops not in (None, "measure") and (
+        isinstance(peak_flops, bool)
+        or not isinstance(peak_flops, (int, float))
+        or not peak_flops > 0
     ):
         raise ValueError(
             f"Unsupported value `XLATuner(peak_flops={peak_flops!r})`: pass "

@@ -295,14 +295,9 @@ class XLATuner(keras.callbacks.Callback):
         )
         self._report = self._run.report
         callbacks = _callback_list(self)
-        first = next(
-            (
-                c
-                for c in getattr(callbacks, "callbacks", ())
-                if isinstance(c, XLATuner)
-            ),
-            self,
-        )
+        listed = getattr(callbacks, "callbacks", ())
+        tuners = [c for c in listed if isinstance(c, XLATuner)]
+        first = tuners[0] if tuners else self
         if first is not self:
             # Two owners of one model's step functions would each see half
             # the truth: the first one does the work, this one says so.
