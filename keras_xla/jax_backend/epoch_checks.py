@@ -10,7 +10,6 @@ TensorFlow.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from typing import Any
@@ -27,24 +26,6 @@ logger = logging.getLogger(__name__)
 FIX = "Nothing to do; pass analyze_hlo=False to skip it."
 
 
-@dataclasses.dataclass
-class HloCheck:
-    """What one HLO analysis gives the report.
-
-    Attributes:
-        section: The HLO section (None when the analysis did not run).
-        findings: `(code, message, fix)` for why it did not.
-        outside: The `outside_compilations` entry when analyzing
-            compiled the step again (None when it hit JAX's cache).
-    """
-
-    section: HloSection | None = None
-    findings: list[tuple[str, str, str]] = dataclasses.field(
-        default_factory=list
-    )
-    outside: dict | None = None
-
-
 def analyze_hlo(
     model: Any,
     settings: Any,
@@ -52,7 +33,7 @@ def analyze_hlo(
     records: list,
     examples: dict,
     events: Any,
-) -> HloCheck:
+) -> tuple[HloSection | None, list[tuple], dict | None]:
     """The HLO section for the epoch's steady signature.
 
     Args:
@@ -64,21 +45,24 @@ def analyze_hlo(
             (`StepTap.examples`).
         events: The fit's `CompileEvents` (an analysis that compiles the
             step again is counted apart from training's).
+
+    Returns:
+        The section (None when the analysis did not run), `(code, message,
+        fix)` findings for why it did not, and the `outside_compilations`
+        entry when analyzing compiled the step again (None when it hit
+        JAX's cache).
     """
     sig = steady_signature(records)
     jitted = hlo.jitted_step(model)
     data = examples.get(sig) if sig is not None else None
     if jitted is None or data is None:
-        return HloCheck(
-            findings=[
-                (
-                    codes.HLO_ANALYSIS_OFF,
-                    "The HLO analysis found no jitted train step (or no "
-                    "batch of its steady shapes) on the model.",
-                    FIX,
-                )
-            ]
+        off = (
+            codes.HLO_ANALYSIS_OFF,
+            "The HLO analysis found no jitted train step (or no batch of "
+            "its steady shapes) on the model.",
+            FIX,
         )
+        return None, [off], None
     before = events.pending("train")
     shapes = sig.shapes()
     try:
@@ -95,27 +79,24 @@ def analyze_hlo(
             path = os.path.join(settings.log_dir, hlo.TEXT_PATH)
             section.text = files.write_later(path, text)
     except Exception as error:  # noqa: BLE001 - a diagnostic
-        return HloCheck(
-            findings=[
-                (
-                    codes.HLO_ANALYSIS_FAILED,
-                    f"The HLO analysis failed: {type(error).__name__}: {error}",
-                    FIX,
-                )
-            ]
+        failed = (
+            codes.HLO_ANALYSIS_FAILED,
+            f"The HLO analysis failed: {type(error).__name__}: {error}",
+            FIX,
         )
-    check = HloCheck(section=section)
+        return None, [failed], None
+    outside = None
     extra = events.take("train")[before:]
     if extra:
         section.source = "compiled again"
-        check.outside = {
+        outside = {
             "function": "train",
             "shapes": shapes,
             "compilations": len(extra),
             "found": "the HLO analysis",
         }
     _add_rates(section, stats, model, settings.peak_flops)
-    return check
+    return section, [], outside
 
 
 def _add_rates(section, stats, model, peak_flops) -> None:

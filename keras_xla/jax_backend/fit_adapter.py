@@ -50,13 +50,12 @@ class JaxFitAdapter(FitAdapter):
         self.events = CompileEvents()
         self.tap = StepTap(self.events)
         self.log: JaxStepLog | None = None
-        self._user: dict[str, Any] = {}
+        self._user: tuple[Any, Any] = (None, None)
         self._user_state: ModelState | None = None
-        # The configuration the fit set up, and its functions (Keras's
-        # own, unless the tuner changed the configuration).
+        # The configuration the fit set up, and its (train, test) functions
+        # (Keras's own, unless the tuner changed the configuration).
         self._start: Candidate | None = None
-        self._start_train = None
-        self._start_test = None
+        self._start_functions: tuple[Any, Any] = (None, None)
         # The functions this fit's tap wrapped and put on the model.
         self._tapped: dict[str, Any] = {}
         # The per-shape fallback: per function, the switched function
@@ -66,10 +65,7 @@ class JaxFitAdapter(FitAdapter):
     def setup(self) -> Start:
         s, model = self.settings, self.model
         self.events.install()
-        self._user = {
-            "train_function": model.train_function,
-            "test_function": model.test_function,
-        }
+        self._user = model.train_function, model.test_function
         self._user_state = ModelState(model)
         changed = False
         if s.mixed_precision not in (None, AUTO):
@@ -88,20 +84,27 @@ class JaxFitAdapter(FitAdapter):
             if s.strict and s.jit_compile is True:
                 raise ValueError(f"XLA cannot be enabled: {finding[1]}")
             self.book.add(*finding)
-        for code, message, fix, place in environment.tf_only_findings(model, s):
-            self.book.add(code, message, fix, place)
-        for code, message, fix, place in environment.precision_findings(model):
-            self.book.add(code, message, fix, place)
+        for finding in [
+            *environment.tf_only_findings(model, s),
+            *environment.precision_findings(model),
+        ]:
+            self.book.add(*finding)
         self._start = self._configuration()
         if changed or jit_changed or model.train_function is None:
             functions = self._built(self._start.jit, self._start.policy)
             model.train_function, model.test_function = functions
         if model.test_function is None:
             model.make_test_function()
-        self._start_train = untapped(model.train_function)
-        self._start_test = untapped(model.test_function)
+        self._start_functions = (
+            untapped(model.train_function),
+            untapped(model.test_function),
+        )
         if s.cache_status is not None:
-            self._start_cache(s.cache_status)
+            status = s.cache_status
+            self.report.compile_cache = cache_directory.start_section(status)
+            found = cache_directory.status_findings(status, INACTIVE_FIX)
+            for code, message, fix in found:
+                self.book.add(code, message, fix)
         spe = int(model.steps_per_execution or 1)
         self.log = JaxStepLog(spe, self.tap, trackers_of(model))
         self.tap.error_handler = self._step_failed
@@ -120,12 +123,6 @@ class JaxFitAdapter(FitAdapter):
         model = self.model
         jit = bool(model.jit_compile) and not model.run_eagerly
         return Candidate(jit, model.dtype_policy.name)
-
-    def _start_cache(self, status) -> None:
-        self.report.compile_cache = cache_directory.start_section(status)
-        found = cache_directory.status_findings(status, INACTIVE_FIX)
-        for code, message, fix in found:
-            self.book.add(code, message, fix)
 
     # The step functions.
 
@@ -188,7 +185,7 @@ class JaxFitAdapter(FitAdapter):
         """The train (0) or test (1) function of `candidate`: the fit's
         own where it is the fit's configuration."""
         if candidate == self._start:
-            return (self._start_train, self._start_test)[which]
+            return self._start_functions[which]
         return self._built(candidate.jit, candidate.policy)[which]
 
     def switch_shapes(self, bucket: dict | None = None) -> ShapeSwitch | None:
@@ -310,7 +307,7 @@ class JaxFitAdapter(FitAdapter):
 
     def analyze_hlo(self, stats, records) -> list:
         """The train step's HLO from JAX's in-memory cache."""
-        check = epoch_checks.analyze_hlo(
+        section, found, outside = epoch_checks.analyze_hlo(
             self.model,
             self.settings,
             stats,
@@ -318,11 +315,11 @@ class JaxFitAdapter(FitAdapter):
             self.tap.examples,
             self.events,
         )
-        if check.section is not None:
-            self.report.hlo = check.section
-        if check.outside is not None:
-            self.report.outside_compilations.append(check.outside)
-        return list(check.findings)
+        if section is not None:
+            self.report.hlo = section
+        if outside is not None:
+            self.report.outside_compilations.append(outside)
+        return found
 
     def unreadable_batches(self, stats, records) -> list:
         unreadable, self.tap.unreadable = self.tap.unreadable, []
@@ -357,5 +354,4 @@ class JaxFitAdapter(FitAdapter):
         if model.optimizer is not self._user_state.optimizer:
             model.jax_state_sync()  # into the variables both share
         self._user_state.restore(model)
-        model.train_function = self._user["train_function"]
-        model.test_function = self._user["test_function"]
+        model.train_function, model.test_function = self._user
