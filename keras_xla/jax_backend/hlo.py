@@ -143,7 +143,7 @@ def parse_computations(text: str) -> tuple[str | None, dict[str, list]]:
     entry, current = None, None
     for line in text.splitlines():
         match = _COMPUTATION.match(line)
-        if match and not line[:1].isspace():
+        if match:
             current = match.group(2)
             computations[current] = []
             if match.group(1):
@@ -168,30 +168,26 @@ def count_kernels(text: str) -> dict:
     """Kernels, fusions, fused and compute ops, converts of a module."""
     entry, computations = parse_computations(text)
 
-    def ops(name: str, seen: frozenset = frozenset()) -> int:
-        total = 0
-        for opcode, called, _, _ in computations.get(name, ()):
-            if opcode == "fusion":
-                total += sum(ops(c, seen | {name}) for c in called)
-            elif opcode not in NO_OP_OPCODES:
-                total += 1
-        return total
+    def inner(called: list) -> list[str]:
+        """The compute opcodes of the computations a fusion calls."""
+        return [
+            op
+            for c in called
+            for op, _, _, _ in computations.get(c, ())
+            if op not in NO_OP_OPCODES
+        ]
+
+    def ops(name: str) -> int:
+        """Compute ops `name` runs, those of the fusions it calls too."""
+        return sum(
+            sum(ops(c) for c in called) if opcode == "fusion" else 1
+            for opcode, called, _, _ in computations.get(name, ())
+            if opcode not in NO_OP_OPCODES
+        )
 
     counts = {"kernels": 0, "fusions": 0, "fused": 0, "compute": 0}
     counts.update(converts=0, unfused_converts=0)
     unfused: list[tuple[int, str]] = []
-
-    def alone(opcode: str, called: list, name: str, shape: str) -> None:
-        """A kernel of one compute op (a single-op fusion: its op's)."""
-        if opcode == "fusion":
-            inner = [
-                op
-                for c in called
-                for op, _, _, _ in computations.get(c, ())
-                if op not in NO_OP_OPCODES
-            ]
-            opcode = inner[0] if inner else opcode
-        unfused.append((shape_bytes(shape), f"{opcode} {name} {shape}"))
 
     def visit(name: str, seen: frozenset) -> None:
         for opcode, called, label, shape in computations.get(name, ()):
@@ -202,29 +198,20 @@ def count_kernels(text: str) -> dict:
                 continue
             if opcode in NO_OP_OPCODES:
                 continue
+            fusion = opcode == "fusion"
+            run = inner(called) if fusion else [opcode]
+            size = sum(ops(c) for c in called) if fusion else 1
+            converts = run.count("convert")
             counts["kernels"] += 1
-            if opcode == "fusion":
-                inside = sum(ops(c) for c in called)
-                counts["compute"] += inside
-                converts = sum(
-                    1
-                    for c in called
-                    for op, _, _, _ in computations.get(c, ())
-                    if op == "convert"
-                )
-                counts["converts"] += converts
-                if inside >= 2:
-                    counts["fusions"] += 1
-                    counts["fused"] += inside
-                else:
-                    counts["unfused_converts"] += converts
-                    alone(opcode, called, label, shape)
-            else:
-                alone(opcode, called, label, shape)
-                counts["compute"] += 1
-                if opcode == "convert":
-                    counts["converts"] += 1
-                    counts["unfused_converts"] += 1
+            counts["compute"] += size
+            counts["converts"] += converts
+            if size >= 2:
+                counts["fusions"] += 1
+                counts["fused"] += size
+            else:  # one compute op (a single-op fusion: its op's)
+                counts["unfused_converts"] += converts
+                op = run[0] if run else opcode
+                unfused.append((shape_bytes(shape), f"{op} {label} {shape}"))
 
     if entry is not None:
         visit(entry, frozenset({entry}))
