@@ -42,9 +42,7 @@ from keras_xla.core import cache_directory
 from keras_xla.core.cache_directory import CacheStatus
 from keras_xla.tf_backend import cache_entries as entries_lib
 from keras_xla.tf_backend import cache_entry, compile_ledger
-
-CACHE_FLAG = compile_ledger.CACHE_FLAG
-ENTRY_PATTERN = compile_ledger.ENTRY_PATTERN
+from keras_xla.tf_backend import flags as flags_lib
 
 
 def cache_entries(directory: str) -> dict[str, float]:
@@ -120,14 +118,13 @@ def enable_compile_cache(
         )
     if can_write and not compile_ledger.tensorflow_started():
         return _set_flag(directory, existing, aside, verify)
-    message = (
+    return status(
         "The XLA compile cache flag came too late: TensorFlow reads "
         "TF_XLA_FLAGS once, at its first op, and had run one already in "
         "this process, and the compile ledger is off "
-        f"({compile_ledger.status().reason}). Import keras_xla before "
+        f"({ledger.reason}). Import keras_xla before "
         "TensorFlow runs an op, or set TF_XLA_FLAGS before starting Python."
     )
-    return status(message)
 
 
 def _status(directory, existing, aside, message, active=False) -> CacheStatus:
@@ -170,8 +167,6 @@ def _save_at_exit(ledger: str, directory: str, pid: int) -> None:
 def _set_flag(directory, existing, aside, verify) -> CacheStatus:
     """Before TensorFlow starts: the flag names `directory`; a canary
     compilation checks that entries appear there."""
-    from keras_xla.tf_backend.flags import with_flag
-
     status = functools.partial(_status, directory, existing, aside)
     previous = os.environ.get("TF_XLA_FLAGS")
     problem = _flag_problem(directory, previous or "")
@@ -179,8 +174,8 @@ def _set_flag(directory, existing, aside, verify) -> CacheStatus:
         return status(
             f"The XLA compile cache in {directory} is off: {problem}."
         )
-    os.environ["TF_XLA_FLAGS"] = with_flag(
-        previous or "", CACHE_FLAG, directory
+    os.environ["TF_XLA_FLAGS"] = flags_lib.with_flag(
+        previous or "", compile_ledger.CACHE_FLAG, directory
     )
     if not verify:
         return status("Cache flag set (not verified).", True)
@@ -210,9 +205,7 @@ def _set_flag(directory, existing, aside, verify) -> CacheStatus:
 def _flag_problem(directory: str, flags: str) -> str | None:
     """Why the flag must not name `directory`: TensorFlow then writes
     there itself, and fails the step whose entry it cannot write."""
-    from keras_xla.tf_backend.flags import extensible
-
-    if not extensible(flags):
+    if not flags_lib.extensible(flags):
         return "TF_XLA_FLAGS holds quotes keras_xla cannot extend safely"
     free = shutil.disk_usage(directory).free
     if free < entries_lib.MIN_FREE_BYTES:

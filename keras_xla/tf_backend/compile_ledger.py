@@ -96,15 +96,6 @@ def tensorflow_started() -> bool:
     return bool(context.context()._initialized)
 
 
-def flag_directory(environ=None) -> str | None:
-    """The persistent cache directory `TF_XLA_FLAGS` names, if any."""
-    environ = os.environ if environ is None else environ
-    for flag in flags_lib.parse_flags(environ.get("TF_XLA_FLAGS", "")):
-        if flag.name == CACHE_FLAG and flag.value:
-            return flag.value
-    return None
-
-
 def install(environ=None) -> LedgerStatus:
     """Makes sure XLA's compilations are recorded; see the module
     docstring. Never raises."""
@@ -128,7 +119,10 @@ def _install(environ) -> LedgerStatus:
             f"{OFF_VARIABLE}=0 turned it off",
             f"Unset {OFF_VARIABLE} to record them.",
         )
-    existing = flag_directory(environ)
+    flags = flags_lib.parse_flags(environ.get("TF_XLA_FLAGS", ""))
+    existing = next(
+        (f.value for f in flags if f.name == CACHE_FLAG and f.value), None
+    )
     inherited = existing is not None and _is_other_process_ledger(existing)
     if existing and not inherited:
         return LedgerStatus(existing, False, "")
@@ -224,7 +218,7 @@ def stamp(now: float | None = None) -> None:
         return
     now = time.time() if now is None else now
     present = {
-        _path(directory, n) for n in names if fnmatch.fnmatch(n, ENTRY_PATTERN)
+        _path(directory, n) for n in fnmatch.filter(names, ENTRY_PATTERN)
     }
     for path in [p for p in _SEEN if p not in present]:
         del _SEEN[path]  # removed by someone else (a cache's clear)
@@ -264,10 +258,6 @@ def _listing(directory: str) -> list[str]:
         return []
 
 
-def _children(directory: str) -> list[str]:
-    return [n for n in _listing(directory) if fnmatch.fnmatch(n, ENTRY_PATTERN)]
-
-
 def _path(directory: str, name: str) -> str:
     return directory.rstrip("/") + "/" + name
 
@@ -280,7 +270,8 @@ def entries(directory: str) -> dict[str, float]:
             stamp()
             return {p: t for p, (t, _) in _SEEN.items()}
         now = time.time()
-        return {_path(directory, n): now for n in _children(directory)}
+        names = fnmatch.filter(_listing(directory), ENTRY_PATTERN)
+        return {_path(directory, n): now for n in names}
     out = {}
     for path in glob.glob(os.path.join(glob.escape(directory), ENTRY_PATTERN)):
         with contextlib.suppress(OSError):  # removed meanwhile
@@ -288,15 +279,10 @@ def entries(directory: str) -> dict[str, float]:
     return out
 
 
-def entries_between(
-    directory: str, start: float, end: float, slack: float = 0.5
-) -> list[str]:
-    """Entries written between Unix times `start` and `end` (+`slack`:
-    the file is closed just after the step that compiled), oldest first."""
+def entries_since(directory: str, start: float) -> list[str]:
+    """Entries written from Unix time `start` on, oldest first."""
     found = [
-        (mtime, path)
-        for path, mtime in entries(directory).items()
-        if start - 0.05 <= mtime <= end + slack
+        (t, path) for path, t in entries(directory).items() if t >= start - 0.05
     ]
     return [path for _, path in sorted(found)]
 

@@ -100,7 +100,8 @@ def analyze_train_step(
                 hlo_lib.parse_hlo_module(unoptimized),
             )
             if log_dir:
-                written = _write(os.path.join(log_dir, HLO_MODULE), optimized)
+                path = os.path.join(log_dir, HLO_MODULE)
+                written = files.write_later(path, optimized)
         cache[signature.tensors] = result
     result = cache[signature.tensors]
     achieved = None
@@ -189,8 +190,8 @@ def _ledger_entry(compilation: Any) -> str:
     # Entries are dated call by call only where something needs it (see
     # StepLog), else when the calls are collected: any entry dated from
     # the compilation on may be its, and its inputs tell which.
-    paths = compile_ledger.entries_between(
-        ledger.directory, compilation.started_at, float("inf")
+    paths = compile_ledger.entries_since(
+        ledger.directory, compilation.started_at
     )
     shapes = compilation.shapes.values()
     candidates = [p for p in paths if _takes_inputs(p, shapes)]
@@ -233,12 +234,6 @@ def _takes_inputs(path: str, shapes) -> bool:
             return False
         params.remove(shape)
     return True
-
-
-def _write(path: str, data: bytes) -> str:
-    # Whole or not at all, never through a link; after the report JSON
-    # when a fit's outputs defer it (`core.files.write_later`).
-    return files.write_later(path, data)
 
 
 def batch_from_signature(signature: Signature) -> tuple:
