@@ -42,8 +42,7 @@ NO_OP_OPCODES = frozenset(
     " async-done".split()
 )
 CONTROL_FLOW_OPCODES = frozenset("while conditional call async-start".split())
-# The opcodes `instruction_flops` counts: the only ones whose operands'
-# shapes are read.
+# What `instruction_flops` counts: the only opcodes whose operands are read.
 FLOP_OPCODES = frozenset(("dot", "convolution"))
 _LOCAL = 0xFFFFFFFF  # the local part of an instruction id
 # The name scope of the tuner's shape probe: kernels made only of its ops

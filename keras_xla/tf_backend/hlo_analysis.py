@@ -100,8 +100,7 @@ def analyze_train_step(
                 hlo_lib.parse_hlo_module(unoptimized),
             )
             if log_dir:
-                path = os.path.join(log_dir, HLO_MODULE)
-                written = files.write_later(path, optimized)
+                written = _write(os.path.join(log_dir, HLO_MODULE), optimized)
         cache[signature.tensors] = result
     result = cache[signature.tensors]
     achieved = None
@@ -234,6 +233,12 @@ def _takes_inputs(path: str, shapes) -> bool:
             return False
         params.remove(shape)
     return True
+
+
+def _write(path: str, data: bytes) -> str:
+    # Whole or not at all, never through a link; after the report JSON
+    # when a fit's outputs defer it (`core.files.write_later`).
+    return files.write_later(path, data)
 
 
 def batch_from_signature(signature: Signature) -> tuple:
