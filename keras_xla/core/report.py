@@ -176,6 +176,25 @@ EpochStats = dataclasses.make_dataclass(
 )
 
 
+# The report's lists of rows and its optional sections, by JSON key.
+ROWS = {
+    "epochs": EpochStats,
+    "recompilations": Recompilation,
+    "findings": Finding,
+    "compile_log": Compilation,
+}
+SECTIONS = {
+    "compile_cache": CompileCacheSection,
+    "clustering": ClusteringSection,
+    "hlo": HloSection,
+    "profile": ProfileSection,
+    "decision": Decision,
+    "baseline": BaselineSection,
+    "guard": GuardSection,
+    "verdict": Verdict,
+}
+
+
 @dataclasses.dataclass
 class XLAReport:
     """Everything the tuner measured in one `fit`."""
@@ -224,12 +243,10 @@ class XLAReport:
             "schema": SCHEMA,
             "environment": dict(self.environment),
             "jit": dataclasses.asdict(self.jit) if self.jit else None,
-            "epochs": [dataclasses.asdict(e) for e in self.epochs],
-            "recompilations": [
-                dataclasses.asdict(r) for r in self.recompilations
-            ],
-            "findings": [dataclasses.asdict(f) for f in self.findings],
-            "compile_log": [dataclasses.asdict(c) for c in self.compile_log],
+            **{
+                key: [dataclasses.asdict(row) for row in getattr(self, key)]
+                for key in ROWS
+            },
             "outside_compilations": list(self.outside_compilations),
             "worker": dict(self.worker) if self.worker is not None else None,
             **{
@@ -240,16 +257,7 @@ class XLAReport:
 
     def sections(self) -> dict[str, Section | None]:
         """The optional sections, by their JSON key."""
-        return {
-            "compile_cache": self.compile_cache,
-            "clustering": self.clustering,
-            "hlo": self.hlo,
-            "profile": self.profile,
-            "decision": self.decision,
-            "baseline": self.baseline,
-            "guard": self.guard,
-            "verdict": self.verdict,
-        }
+        return {name: getattr(self, name) for name in SECTIONS}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, default=_json_default)
@@ -309,57 +317,32 @@ class XLAReport:
                 f"Unsupported report schema {schema!r}; expected {SCHEMA!r}."
             )
         skipped: list[str] = []
-        known = {"schema", "environment", "jit", "epochs", "recompilations"}
-        known |= {"findings", "compile_log", "outside_compilations"}
-        known |= {"worker"}
-        sections = {
-            "compile_cache": CompileCacheSection,
-            "clustering": ClusteringSection,
-            "hlo": HloSection,
-            "profile": ProfileSection,
-            "decision": Decision,
-            "baseline": BaselineSection,
-            "guard": GuardSection,
-            "verdict": Verdict,
-        }
-        skipped += [
-            f"{k} (unknown)" for k in data if k not in known | set(sections)
-        ]
-        environment = data.get("environment")
-        if environment is not None and not isinstance(environment, dict):
-            skipped.append("environment (not an object)")
-            environment = None
-        worker = data.get("worker")
-        if worker is not None and not isinstance(worker, dict):
-            skipped.append("worker (not an object)")
-            worker = None
-        outside = data.get("outside_compilations")
-        if outside is not None and not isinstance(outside, list):
-            skipped.append("outside_compilations (not a list)")
-            outside = None
+        known = {"schema", "environment", "jit", *ROWS, *SECTIONS}
+        known |= {"outside_compilations", "worker"}
+        skipped += [f"{k} (unknown)" for k in data if k not in known]
+
+        def of_type(key: str, kind: type, what: str) -> Any:
+            value = data.get(key)
+            if value is not None and not isinstance(value, kind):
+                skipped.append(f"{key} (not {what})")
+                return None
+            return value
+
+        environment = of_type("environment", dict, "an object")
+        worker = of_type("worker", dict, "an object")
+        outside = of_type("outside_compilations", list, "a list")
         report = cls(
             environment=dict(environment or {}),
             jit=reading.read(JitInfo, data.get("jit"), "jit", skipped),
-            epochs=reading.read_rows(
-                EpochStats, data.get("epochs"), "epochs", skipped
-            ),
-            recompilations=reading.read_rows(
-                Recompilation,
-                data.get("recompilations"),
-                "recompilations",
-                skipped,
-            ),
-            findings=reading.read_rows(
-                Finding, data.get("findings"), "findings", skipped
-            ),
-            compile_log=reading.read_rows(
-                Compilation, data.get("compile_log"), "compile_log", skipped
-            ),
+            **{
+                key: reading.read_rows(row, data.get(key), key, skipped)
+                for key, row in ROWS.items()
+            },
             outside_compilations=list(outside or []),
             worker=dict(worker) if worker is not None else None,
             **{
                 name: section.from_dict(data.get(name), skipped, name)
-                for name, section in sections.items()
+                for name, section in SECTIONS.items()
             },
         )
         report.skipped = skipped
@@ -384,11 +367,6 @@ class XLAReport:
         from keras_xla.core import render
 
         return render.findings_markdown(self.findings)
-
-    def decision_markdown(self) -> str:
-        from keras_xla.core import render
-
-        return render.decision_markdown(self.decision)
 
 
 def _json_default(obj: Any) -> Any:
