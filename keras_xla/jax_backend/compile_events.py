@@ -24,15 +24,9 @@ STEP_NAMES = {"jit(train_step)": "train", "jit(test_step)": "test"}
 
 @dataclasses.dataclass(frozen=True)
 class CompileEvent:
-    """One compilation of a step function (or a persistent-cache hit).
-
-    Attributes:
-        function: `"train"` or `"test"`.
-        seconds: JAX's measured seconds (for a hit: loading it).
-        at: `time.perf_counter()` when JAX reported it.
-        cache_hit: Whether the executable came from the persistent cache
-            (no compilation).
-    """
+    """One compilation of a step function (`"train"` or `"test"`), or a
+    persistent-cache hit (no compilation): JAX's measured seconds (for a
+    hit: loading it), and `time.perf_counter()` when JAX reported it."""
 
     function: str
     seconds: float
@@ -41,16 +35,8 @@ class CompileEvent:
 
 
 class CompileEvents:
-    """Collects the step functions' compile events while installed.
-
-    Example:
-
-    >>> events = CompileEvents()
-    >>> events.install()
-    >>> # ... model.fit(...) ...
-    >>> events.remove()
-    >>> new = events.take("train")
-    """
+    """Collects the step functions' compile events between `install()`
+    and `remove()`; `take` hands them over."""
 
     def __init__(self) -> None:
         self._events: dict[str, list[CompileEvent]] = {"train": [], "test": []}

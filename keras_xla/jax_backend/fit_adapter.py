@@ -291,19 +291,12 @@ class JaxFitAdapter(FitAdapter):
         for c in compilations:
             if c.function != "train" or c.fingerprint is not None:
                 continue
-            data = next(
-                (
-                    example
-                    for sig, example in self.tap.examples.items()
-                    if c.shapes == sig.shapes()
-                    and c.dtypes
-                    in (None, {t.path: t.dtype for t in sig.tensors})
-                ),
-                None,
-            )
-            if data is None:
-                continue
-            c.fingerprint, c.program_bytes = hlo.program(jitted, state, data)
+            for sig, data in self.tap.examples.items():
+                dtypes = {t.path: t.dtype for t in sig.tensors}
+                if c.shapes == sig.shapes() and c.dtypes in (None, dtypes):
+                    program = hlo.program(jitted, state, data)
+                    c.fingerprint, c.program_bytes = program
+                    break
 
     def analyze_hlo(self, stats, records) -> list:
         """The train step's HLO from JAX's in-memory cache."""
