@@ -12,7 +12,6 @@ import json
 import os
 
 from keras_xla.core import cache_home, json_files
-from keras_xla.core.report import CompileCacheSection
 from keras_xla.core.timing import median_seconds
 from keras_xla.tf_backend import cache_entries as entries_lib
 from keras_xla.tf_backend.compile_cache import cache_entries
@@ -44,17 +43,10 @@ TIMES_FILE = "keras_xla_compile_times.json"
 
 
 def record_compile_times(directory: str, compile_log) -> dict:
-    """Remembers each signature's compile time on a miss, and says what
-    the hits saved.
-
-    Misses' compile seconds are kept per signature (function and input
-    shapes) in `<directory>/keras_xla_compile_times.json`, beside the
-    cache's entries.
-
-    Returns:
-        `seconds_saved` (sum over hits of the signature's miss time minus
-        the hit's time), `miss_median_seconds` and `hit_median_seconds`.
-    """
+    """Keeps each miss's compile seconds per signature (function and
+    input shapes) in `directory`'s `TIMES_FILE`, beside the cache's
+    entries; returns `seconds_saved` (over the hits, the signature's miss
+    time less the hit's), `miss_median_seconds` and `hit_median_seconds`."""
     path = os.path.join(directory, TIMES_FILE)
     known = json_files.read_object(path)
     fresh = {
@@ -92,44 +84,24 @@ def _signature_key(compilation) -> str:
 
 
 def label_stats(report, stats, before: dict[str, float], status) -> str | None:
-    """`label_epoch` for the epoch of `stats` (an `EpochStats`), whose
-    hit and miss counts it sets; a mirrored cache's new entries are then
-    saved to its directory. Returns why they could not all be saved (a
-    full disk), or None."""
-    stats.compile_cache_hits, stats.compile_cache_misses = label_epoch(
-        report.compile_cache,
-        stats.epoch,
-        report.compile_log,
-        before,
-        status.live_directory,
-        status.directory if status.persist else None,
-    )
+    """Labels the compilations of the epoch of `stats` (an `EpochStats`)
+    hit or miss from the entries where TensorFlow writes, sets the epoch's
+    counts and adds them to the report's `compile_cache` section, with
+    what the hits saved where the cache is persisted (compile times kept
+    in its directory); a mirrored cache's new entries are then saved to
+    its directory. Returns why they could not all be saved (a full disk),
+    or None."""
+    section = report.compile_cache
+    compiled = [c for c in report.compile_log if c.epoch == stats.epoch]
+    label_cache_use(compiled, before, status.live_directory)
+    stats.compile_cache_hits = sum(c.cache == "hit" for c in compiled)
+    stats.compile_cache_misses = sum(c.cache == "miss" for c in compiled)
+    section.hits += stats.compile_cache_hits
+    section.misses += stats.compile_cache_misses
+    if status.persist:
+        times = record_compile_times(status.directory, report.compile_log)
+        for key, value in times.items():
+            setattr(section, key, value)
     if status.live and status.persist:
         return entries_lib.copy_out(status.live, status.directory)[1]
     return None
-
-
-def label_epoch(
-    section: CompileCacheSection,
-    epoch: int,
-    compile_log: list,
-    before: dict[str, float],
-    directory: str,
-    times_directory: str | None,
-) -> tuple[int, int]:
-    """Labels the compilations of `epoch` in `compile_log` (the fit's)
-    hit or miss from the entries of `directory` (where TensorFlow writes),
-    adds them to `section` with what the hits saved (compile times kept in
-    `times_directory`; none kept if None); returns the
-    epoch's `(hits, misses)`."""
-    compiled = [c for c in compile_log if c.epoch == epoch]
-    label_cache_use(compiled, before, directory)
-    hits = sum(c.cache == "hit" for c in compiled)
-    misses = sum(c.cache == "miss" for c in compiled)
-    section.hits += hits
-    section.misses += misses
-    if times_directory is not None:
-        times = record_compile_times(times_directory, compile_log)
-        for key, value in times.items():
-            setattr(section, key, value)
-    return hits, misses
