@@ -28,6 +28,7 @@ import shutil
 import stat
 import tempfile
 
+from keras_xla.core import files
 from keras_xla.core.cache_directory import untrusted
 from keras_xla.tf_backend import cache_entry, compile_ledger
 
@@ -61,14 +62,6 @@ def claim(directory: str, ledger: str) -> None:
     _CURRENT = directory
 
 
-def _belongs(name: str, directory: str) -> bool:
-    """Whether the ledger's entry `name` is `directory`'s (an absolute
-    path) to save: it was compiled while that cache was in force (or
-    before any was)."""
-    owner = _OWNER.get(name, _CURRENT)
-    return owner is None or owner == directory
-
-
 def _regular(path: str) -> bool:
     try:
         return stat.S_ISREG(os.lstat(path).st_mode)
@@ -76,19 +69,12 @@ def _regular(path: str) -> bool:
         return False
 
 
-def is_entry(path: str) -> bool:
-    """Whether the file parses as an XLA cache entry (both modules)."""
-    try:
-        cache_entry.read_modules(path)
-    except (OSError, ValueError):
-        return False
-    return True
-
-
-def corrupt_entries(directory: str) -> list[str]:
-    """The entries of `directory` that are not valid; each file is read
-    once per process unless it changed."""
-    bad = []
+def set_aside(directory: str) -> list[str]:
+    """Renames the directory's entries that do not parse `<name>.corrupt`
+    (a rename moves a link itself, never its target); returns the names
+    set aside (a file that cannot be renamed is left, and not listed).
+    Each file is read once per process unless it changed."""
+    moved = []
     for path in sorted(compile_ledger.entries(directory)):
         try:
             info = os.lstat(path)
@@ -97,22 +83,13 @@ def corrupt_entries(directory: str) -> list[str]:
         stamp = (info.st_size, info.st_mtime)
         if _CHECKED.get(path) == stamp:
             continue
-        if is_entry(path):
+        try:
+            cache_entry.read_modules(path)
             _CHECKED[path] = stamp
-        else:
-            bad.append(path)
-    return bad
-
-
-def set_aside(directory: str) -> list[str]:
-    """Renames the directory's corrupt entries `<name>.corrupt` (a rename
-    moves a link itself, never its target); returns the names set aside
-    (a file that cannot be renamed is left, and not listed)."""
-    moved = []
-    for path in corrupt_entries(directory):
-        with contextlib.suppress(OSError):
-            os.replace(path, path + CORRUPT_SUFFIX)
-            moved.append(os.path.basename(path))
+        except (OSError, ValueError):
+            with contextlib.suppress(OSError):
+                os.replace(path, path + CORRUPT_SUFFIX)
+                moved.append(os.path.basename(path))
     return moved
 
 
@@ -169,7 +146,8 @@ def copy_out(ledger: str, directory: str) -> tuple[list[str], str | None]:
     copied, target = [], os.path.abspath(directory)
     for path in sorted(compile_ledger.entries(ledger)):
         name = os.path.basename(path)
-        if name in have or name in _IMPORTED or not _belongs(name, target):
+        owner = _OWNER.get(name, _CURRENT)  # None: compiled before any.
+        if name in have or name in _IMPORTED or owner not in (None, target):
             continue
         try:
             data = cache_entry.read_bytes(path)
@@ -184,8 +162,8 @@ def copy_out(ledger: str, directory: str) -> tuple[list[str], str | None]:
 
 
 def _write_entry(directory: str, name: str, data: bytes) -> str | None:
-    """Writes one entry under a fresh temporary name, then renames it;
-    returns why it could not, or None."""
+    """Writes one entry whole (`files.write_whole`); returns why it could
+    not, or None."""
     try:
         free = shutil.disk_usage(directory).free
     except OSError as error:
@@ -195,15 +173,8 @@ def _write_entry(directory: str, name: str, data: bytes) -> str | None:
             f"the disk of {directory} has {free >> 20} MiB free, under the "
             f"{MIN_FREE_BYTES >> 20} MiB keras_xla keeps free"
         )
-    fd, partial = tempfile.mkstemp(dir=directory, prefix=f".{name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(partial, os.path.join(directory, name))
+    try:  # Private (0o600): a cache entry is the user's alone.
+        files.write_whole(os.path.join(directory, name), data, mode=0o600)
     except OSError as error:
-        with contextlib.suppress(OSError):
-            os.remove(partial)
         return f"writing {name} failed ({error.strerror or error})"
     return None
