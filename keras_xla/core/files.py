@@ -32,23 +32,12 @@ _DEFERRED: contextvars.ContextVar[list | None] = contextvars.ContextVar(
 
 
 def write_whole(path: str, data: bytes | str, mode: int = 0o666) -> str:
-    """Writes `data` to `path` whole, or not at all; returns `path`.
-
-    The bytes go to a fresh temporary name in `path`'s directory
-    (`.<name>.<random>`, created exclusively), are synced to disk, and the
-    name is renamed onto `path`; the final path is never opened, so a
-    link there is replaced, not followed.
-
-    Args:
-        path: The file to write; its directory must exist.
-        data: The content (`str` is written as UTF-8).
-        mode: The permissions, less the process's umask. Defaults to
-            `0o666`, as `open(path, "w")` would create it.
-
-    Raises:
-        OSError: When it cannot be written; the temporary file is gone
-            and an earlier file at `path` is unchanged.
-    """
+    """Writes `data` (a `str` as UTF-8) to `path`, whose directory must
+    exist, whole or not at all (see the module docstring); returns `path`.
+    The final path is never opened, so a link there is replaced, not
+    followed. `mode` is less the process's umask (`0o666`, as
+    `open(path, "w")` creates a file). Raises `OSError` when it cannot be
+    written: the temporary file is gone, an earlier `path` unchanged."""
     if isinstance(data, str):
         data = data.encode("utf-8")
     directory, name = os.path.split(path)
@@ -85,15 +74,10 @@ def own_directory(path: str) -> str:
 
 @contextlib.contextmanager
 def locked(path: str) -> Iterator[None]:
-    """Holds an exclusive lock on `path`'s sibling `<path>.lock` (created
-    `0o600`, never through a link) for the block, so concurrent
-    read-modify-writes of `path` by other processes wait their turn.
-
-    Raises:
-        OSError: When the lock file cannot be opened or locked.
-    """
-    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(path + ".lock", flags | getattr(os, "O_CLOEXEC", 0), 0o600)
+    """Holds an exclusive lock on `path`'s `_lock_file` for the block, so
+    concurrent read-modify-writes of `path` by other processes wait their
+    turn. Raises `OSError` when it cannot be opened or locked."""
+    fd = _lock_file(path)
     try:
         if fcntl is not None:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -103,19 +87,14 @@ def locked(path: str) -> Iterator[None]:
 
 
 def hold(path: str) -> int | None:
-    """Takes an exclusive lock on `path`'s sibling `<path>.lock` (created
-    `0o600`, never through a link) without waiting, held until
-    `release` (or the process ends: the system drops a dead holder's
-    lock). Returns its descriptor, or None when another holder has it
-    (-1 where files cannot be locked).
-
-    Raises:
-        OSError: When the lock file cannot be opened.
-    """
+    """Takes an exclusive lock on `path`'s `_lock_file` without waiting,
+    held until `release` (or the process ends: the system drops a dead
+    holder's lock). Returns its descriptor, or None when another holder
+    has it (-1 where files cannot be locked). Raises `OSError` when it
+    cannot be opened."""
     if fcntl is None:
         return -1
-    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(path + ".lock", flags | getattr(os, "O_CLOEXEC", 0), 0o600)
+    fd = _lock_file(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -125,6 +104,13 @@ def hold(path: str) -> int | None:
         os.close(fd)
         raise
     return fd
+
+
+def _lock_file(path: str) -> int:
+    """`path`'s sibling `<path>.lock`, opened (created `0o600`, never
+    through a link)."""
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    return os.open(path + ".lock", flags | getattr(os, "O_CLOEXEC", 0), 0o600)
 
 
 def release(fd: int | None) -> None:
