@@ -64,17 +64,12 @@ def write(path: str, data: Any) -> None:
 
 
 def update(path: str, change: Callable[[dict], Any]) -> dict:
-    """Applies `change` to the object in `path` and writes it back,
-    under a lock (`<path>.lock`): a concurrent `update` by another
-    process waits, and neither loses the other's keys. `change` edits
-    the dict in place. Returns the new object.
-
-    When the file cannot be written, the object is kept in memory for
-    this process (and read back from there), and `OSError` is raised
-    for the caller to log. In a directory kept in memory
-    (`keep_in_memory`) it is kept there without a word: its owner said
-    so once.
-    """
+    """Applies `change` (it edits the dict in place) to the object in
+    `path` and writes it back under a lock (`<path>.lock`): a concurrent
+    `update` by another process waits, and neither loses the other's
+    keys. Returns the new object. A file that cannot be written is kept
+    in memory, and `OSError` raised for the caller to log; in a
+    `keep_in_memory` directory without a word: its owner said so once."""
     if _memory_only(path):
         data = read_object(path)
         change(data)

@@ -17,8 +17,6 @@ from collections.abc import Callable
 from keras_xla.core import cache_home, json_files
 
 PEAKS_FILE = "peak_flops.json"
-# Peaks this process measured but could not keep on disk.
-_MEMORY: dict[str, float] = {}
 
 
 def _path() -> str:
@@ -27,8 +25,8 @@ def _path() -> str:
 
 def known(key: str) -> float | None:
     """The peak kept for `key` (on disk, or in this process where the
-    disk could not keep it), or None."""
-    peak = json_files.read_object(_path()).get(key, _MEMORY.get(key))
+    disk could not keep it: `json_files`), or None."""
+    peak = json_files.read_object(_path()).get(key)
     return float(peak) if isinstance(peak, (int, float)) else None
 
 
@@ -42,5 +40,4 @@ def measured(key: str, measure: Callable[[], float]) -> float:
             json_files.update(_path(), lambda peaks: peaks.update({key: peak}))
         except OSError as error:
             cache_home.cannot_keep("the measured peak FLOP/s", error)
-            _MEMORY[key] = peak
     return peak
