@@ -23,7 +23,6 @@ import logging
 import os
 import stat
 import tempfile
-from collections.abc import Callable
 
 from keras_xla.core import json_files
 
@@ -40,13 +39,10 @@ _said: set[str] = set()  # What this process logged it cannot keep.
 
 def configured() -> str:
     """The home as configured, usable or not."""
-    explicit = os.environ.get(VARIABLE)
-    if explicit:
-        return explicit
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
         os.path.expanduser("~"), ".cache"
     )
-    return os.path.join(base, "keras_xla")
+    return os.environ.get(VARIABLE) or os.path.join(base, "keras_xla")
 
 
 def directory() -> str:
@@ -75,26 +71,17 @@ def _choose(home: str) -> str:
     if problem is None:
         return home
     fallback, why_not = _private_temporary()
+    where = f"in memory for this process ({why_not})"
+    warned = False
     if fallback is None:
         # Nowhere to keep files, nor that this was said: every process
         # that needs the home says it, and never touches it.
         json_files.keep_in_memory(home)
-        where = f"in memory for this process ({why_not})"
-        _say(logger.warning, home, problem, where)
     else:
         said = os.path.join(fallback, NOT_USED_FILE)
         where = f"in {fallback} instead"
-        if json_files.read_object(said).get(home) == problem:
-            _say(logger.debug, home, problem, where)  # Warned before.
-        else:
-            _say(logger.warning, home, problem, where)
-            _remember_said(said, home, problem)
-    _said.add(_HOME)  # Failed writes there need no second warning.
-    return fallback or home
-
-
-def _say(log: Callable[..., None], home: str, problem: str, where: str) -> None:
-    log(
+        warned = json_files.read_object(said).get(home) == problem
+    (logger.debug if warned else logger.warning)(
         "keras_xla: its cache home %s cannot be used (%s); it keeps its "
         "measurements %s. Set %s to a directory of your own to choose "
         "another.",
@@ -103,15 +90,13 @@ def _say(log: Callable[..., None], home: str, problem: str, where: str) -> None:
         where,
         VARIABLE,
     )
-
-
-def _remember_said(path: str, home: str, problem: str) -> None:
-    """Notes in the fallback that `home`'s `problem` was warned, so later
-    processes do not warn again; a failure only means they will."""
-    try:
-        json_files.update(path, lambda data: data.update({home: problem}))
-    except OSError as error:
-        logger.debug("keras_xla: cannot note %s (%s).", path, error)
+    if fallback is not None and not warned:
+        try:  # So later processes do not warn again (else they will).
+            json_files.update(said, lambda data: data.update({home: problem}))
+        except OSError as error:
+            logger.debug("keras_xla: cannot note %s (%s).", said, error)
+    _said.add(_HOME)  # Failed writes there need no second warning.
+    return fallback or home
 
 
 def unusable(home: str) -> str | None:
