@@ -64,13 +64,10 @@ _MESSAGES = {
 
 @dataclasses.dataclass(frozen=True)
 class Flag:
-    """One flag, as TensorFlow splits it out of the variable.
-
-    Attributes:
-        name: The name without leading dashes, e.g. `xla_dump_to`.
-        value: The text after `=` (unquoted), or None for `--name`.
-        raw: The text as written. Defaults to the canonical spelling.
-    """
+    """One flag, as TensorFlow splits it out of the variable: its `name`
+    without leading dashes (`xla_dump_to`), its `value` after `=`
+    (unquoted; None for `--name`) and its `raw` text as written (by
+    default the canonical spelling)."""
 
     name: str
     value: str | None = None
@@ -134,18 +131,10 @@ def _split(text: str) -> tuple[list[Flag], str]:
 
 
 def parse_flags(value: str) -> list[Flag]:
-    """Parses a `TF_XLA_FLAGS` / `XLA_FLAGS` value the way TensorFlow does.
-
-    Flags are separated by whitespace: `--name=value`, `--name`, or
-    `--name="quoted value"` (backslash escapes inside double quotes).
-    Parsing stops at a word that does not start with `-`, as in TensorFlow.
-
-    Args:
-        value: The variable's text.
-
-    Returns:
-        The flags in order, duplicates kept (TensorFlow applies the last).
-    """
+    """The flags of a `TF_XLA_FLAGS` / `XLA_FLAGS` value, split as
+    TensorFlow does (`--name=value`, `--name`, `--name="quoted value"`
+    with backslash escapes; up to a word that does not start with `-`),
+    in order, duplicates kept (TensorFlow applies the last)."""
     return _split(value)[0]
 
 
@@ -168,15 +157,13 @@ def extensible(value: str) -> bool:
     rest unchanged: no quotes (TensorFlow reads an unclosed one in its own
     way, and `--a="2` with a flag after it aborts where `--a="2` alone
     does not), no flags file, and no ignored text the flag would join."""
-    if "'" in value or '"' in value:
-        return False
-    if value.strip(_SPACE)[:1] not in ("", "-"):
-        return False
-    return not _split(value)[1]
+    quoted = "'" in value or '"' in value
+    flags_file = value.strip(_SPACE)[:1] not in ("", "-")
+    return not (quoted or flags_file or _split(value)[1])
 
 
 def with_flag(value: str, name: str, flag_value: str | None) -> str:
-    """Returns `value` with one flag set, every other flag kept as written.
+    """`value` with one flag set, every other flag kept as written.
 
     The flag's first occurrence is replaced in place and later ones are
     dropped; a new flag goes after the others (before any ignored text):
@@ -187,9 +174,6 @@ def with_flag(value: str, name: str, flag_value: str | None) -> str:
         value: The variable's current text; may be empty.
         name: The flag name, with or without the leading `--`.
         flag_value: The value, or None for the bare `--name` (bool flags).
-
-    Returns:
-        The variable's new text.
     """
     name = name.removeprefix("--")
     if not re.fullmatch(r"\w+", name, re.ASCII):
@@ -207,13 +191,9 @@ def with_flag(value: str, name: str, flag_value: str | None) -> str:
 
 
 def known_flags(variable: str) -> frozenset[str]:
-    """Flag names (without `--`) the installed TensorFlow accepts.
-
-    The first call asks TensorFlow in child processes (a few seconds).
-
-    Args:
-        variable: `"TF_XLA_FLAGS"` or `"XLA_FLAGS"`.
-    """
+    """Flag names (without `--`) the installed TensorFlow accepts in
+    `variable`; the first call asks TensorFlow in child processes (a few
+    seconds)."""
     if variable not in VARIABLES:
         raise ValueError(
             f"`known_flags({variable!r})`: use one of {VARIABLES}."
