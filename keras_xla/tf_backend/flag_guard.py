@@ -35,12 +35,8 @@ logger = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class FlagFix:
-    """One flag changed at import.
-
-    Attributes:
-        problem: The `FlagProblem` TensorFlow would have aborted on.
-        action: What was done, in words ("dropped", "replaced by ...").
-    """
+    """One flag changed at import: the `problem` TensorFlow would have
+    aborted on, and the `action` taken, in words ("dropped", ...)."""
 
     problem: flags_lib.FlagProblem
     action: str
@@ -73,15 +69,12 @@ def guard(environ=None, tensorflow_started: bool = False) -> list[FlagFix]:
     ):
         return []
     try:
-        # Built-in types where they suffice: no probe (seconds) at import.
-        problems = flags_lib.check_flags(environ, quick=True)
         fixes = []
-        for problem in problems:
-            if problem.code in flags_lib.HARMLESS:
-                continue
-            variable = problem.variable
-            _ORIGINAL.setdefault(variable, environ.get(variable))
-            fixes.append(FlagFix(problem, _apply(environ, problem)))
+        for problem in flags_lib.check_flags(environ, quick=True):
+            if problem.code not in flags_lib.HARMLESS:
+                variable = problem.variable
+                _ORIGINAL.setdefault(variable, environ.get(variable))
+                fixes.append(FlagFix(problem, _apply(environ, problem)))
     except Exception:  # noqa: BLE001 - never break an import
         logger.exception("keras_xla: could not check the XLA flags.")
         return []
