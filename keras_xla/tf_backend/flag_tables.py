@@ -17,6 +17,8 @@ import re
 import subprocess
 import sys
 
+from keras_xla.core import cache_home, json_files
+
 logger = logging.getLogger(__name__)
 
 VARIABLES = ("TF_XLA_FLAGS", "XLA_FLAGS")
@@ -160,14 +162,10 @@ def _tensorflow_key() -> str | None:
 
 
 def _path() -> str:
-    from keras_xla.core.hardware import cache_directory
-
-    return os.path.join(cache_directory(), TABLES_FILE)
+    return os.path.join(cache_home.directory(), TABLES_FILE)
 
 
 def _load(key: str | None) -> dict[str, FlagTable] | None:
-    from keras_xla.core import json_files
-
     try:
         entry = json_files.read_object(_path())[key]
         return {v: FlagTable(entry[v]["types"], True) for v in VARIABLES}
@@ -178,8 +176,6 @@ def _load(key: str | None) -> dict[str, FlagTable] | None:
 def _store(key: str | None, found: dict[str, FlagTable]) -> None:
     if key is None:
         return
-    from keras_xla.core import cache_home, json_files
-
     origin = key.rsplit("@", 1)[0]
 
     def change(data: dict) -> None:
