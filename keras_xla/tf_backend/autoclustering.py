@@ -23,6 +23,7 @@ entry per cluster compiled.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from keras_xla.core import findings
 from keras_xla.core.report import ClusteringSection
@@ -73,9 +74,7 @@ def detect(
         f.name: f.value
         for f in flags_lib.parse_flags(environ.get("TF_XLA_FLAGS") or "")
     }
-    auto_jit = flags.get("tf_xla_auto_jit")
-    if auto_jit is not None and auto_jit not in ("0", "-1", *ON_VALUES):
-        auto_jit = None  # flags.check_flags reports a bad value
+    auto_jit = flags.get("tf_xla_auto_jit")  # check_flags reports bad ones
     if auto_jit in ON_VALUES:
         requested, source = True, f"`--tf_xla_auto_jit={auto_jit}`"
     elif auto_jit == "-1":
@@ -163,12 +162,8 @@ def read_cluster(entry_path: str) -> tuple[str | None, frozenset[str]]:
         for ins in computation.instructions
         if ins.metadata.op_name
     )
-    marker = module.name.find("cluster_")
-    if marker < 0:
-        return None, ops
-    digits = module.name[marker + len("cluster_") :]
-    number = digits[: len(digits) - len(digits.lstrip("0123456789"))]
-    return (f"cluster_{number}" if number else None), ops
+    number = re.search(r"cluster_([0-9]*)", module.name)
+    return (f"cluster_{number[1]}" if number and number[1] else None), ops
 
 
 def covered(step_ops: frozenset[str], cluster_ops: set[str]) -> int:
