@@ -42,16 +42,9 @@ class UnsupportedOp:
 def parse_unsupported(
     text: str, layer_names: list[str] | tuple = ()
 ) -> list[UnsupportedOp]:
-    """The unsupported ops named in a TensorFlow error message.
-
-    Args:
-        text: The error message.
-        layer_names: The model's layer names, to map node paths to layers.
-
-    Returns:
-        One entry per distinct (op type, node); empty if the text is not an
-        unsupported-op error.
-    """
+    """The unsupported ops a TensorFlow error message names, one per
+    distinct (op type, node), each node path mapped to one of the model's
+    `layer_names`; empty if the text is not an unsupported-op error."""
     if MARKER not in text:
         return []
     source = _user_source(text)
@@ -59,25 +52,6 @@ def parse_unsupported(
         UnsupportedOp(op_type, node, _layer_of(node, layer_names), source)
         for op_type, node in dict.fromkeys(_OP.findall(text))
     ]
-
-
-def describe_unsupported(ops: list[UnsupportedOp]) -> tuple[str, str]:
-    """The finding's message and fix for a list of unsupported ops."""
-    parts = []
-    for op in ops:
-        where = f" in layer `{op.layer}`" if op.layer else ""
-        at = f" (created at {op.source})" if op.source else ""
-        parts.append(f"`{op.op_type}`{where}{at}")
-    message = "XLA cannot compile the step: no XLA kernel for " + ", ".join(
-        parts
-    )
-    fix = (
-        "Move this code out of the model into the tf.data pipeline "
-        "(`dataset.map(...)`), or replace it with TensorFlow ops that XLA "
-        "supports (no tf.py_function, tf.numpy_function or string ops in "
-        "the step); until then train without XLA."
-    )
-    return message + ".", fix
 
 
 def fallback(
@@ -88,16 +62,29 @@ def fallback(
     `on_unsupported="raise"`."""
     from keras_xla.core import findings
 
-    message, fix = describe_unsupported(ops)
+    parts = []
+    for op in ops:
+        where = f" in layer `{op.layer}`" if op.layer else ""
+        at = f" (created at {op.source})" if op.source else ""
+        parts.append(f"`{op.op_type}`{where}{at}")
+    reason = "XLA cannot compile the step: no XLA kernel for " + ", ".join(
+        parts
+    )
+    fix = (
+        "Move this code out of the model into the tf.data pipeline "
+        "(`dataset.map(...)`), or replace it with TensorFlow ops that XLA "
+        "supports (no tf.py_function, tf.numpy_function or string ops in "
+        "the step); until then train without XLA."
+    )
     if on_unsupported == "raise":
-        raise XLAUnsupportedOpError(f"{message} {fix}")
+        raise XLAUnsupportedOpError(f"{reason}. {fix}")
     finding = (
         findings.UNSUPPORTED_OP,
-        f"{message} Training continues without XLA (jit_compile=False).",
+        f"{reason}. Training continues without XLA (jit_compile=False).",
         fix,
         tuple((op.op_type, op.node) for op in ops),
     )
-    return message.rstrip("."), finding
+    return reason, finding
 
 
 def preflight(model: Any) -> list[UnsupportedOp]:
