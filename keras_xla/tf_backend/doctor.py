@@ -19,6 +19,7 @@ from keras_xla.core import diagnosis_text, hardware
 from keras_xla.tf_backend import compile_ledger, flag_guard
 from keras_xla.tf_backend import flags as flags_lib
 from keras_xla.tf_backend import flops as flops_lib
+from keras_xla.tf_backend import jit as jit_lib
 
 # CPU flags (as /proc/cpuinfo names them) that decide XLA's CPU code
 # generation and whether bfloat16 math is native.
@@ -85,10 +86,8 @@ def _smoke_compile() -> dict[str, Any]:
 
 
 def _op_determinism() -> bool | None:
-    try:  # No public getter; Keras reads this one.
-        from tensorflow.python.framework import config
-
-        return bool(config.is_op_determinism_enabled())
+    try:
+        return jit_lib.op_determinism_enabled()
     except Exception:  # noqa: BLE001 - diagnostics never raise.
         return None
 
@@ -158,13 +157,11 @@ def collect_diagnosis() -> dict[str, Any]:
         p for p in flags_lib.check_flags() if p.code not in flags_lib.HARMLESS
     ]
     unset = sorted({p.variable for p in fatal})
-    current = {v: os.environ[v] for v in unset}
-    for variable in unset:
-        del os.environ[variable]
+    current = {v: os.environ.pop(v) for v in unset}
     try:
         diagnosis = _runtime(skip_compile=bool(fatal))
     finally:
-        os.environ.update({v: current[v] for v in unset})
+        os.environ.update(current)
     diagnosis.update(values)
     diagnosis["flag_problems"] = [dataclasses.asdict(p) for p in flag_problems]
     diagnosis["unset_for_checks"] = unset

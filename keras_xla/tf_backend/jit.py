@@ -25,6 +25,7 @@ from keras_xla.xla_setting import (
 
 
 def op_determinism_enabled() -> bool:
+    # No public getter; Keras reads this one.
     from tensorflow.python.framework import config as tf_config
 
     return bool(tf_config.is_op_determinism_enabled())
