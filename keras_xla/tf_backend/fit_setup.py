@@ -57,24 +57,13 @@ def configure(settings: Settings, model: Any) -> Setup:
         if s.strict and s.jit_compile is True:
             raise ValueError(f"XLA cannot be enabled: {reason}. {fix}")
         findings.append((code, f"XLA is off: {reason}.", fix, ()))
-    findings += setup_findings(s)
+    # Bad XLA flags: found when the tuner was made, fixed at import.
+    for bad in s.flag_problems:
+        fix = bad.suggestion or "Remove the flag."
+        findings.append((bad.code, bad.message, fix, (bad.variable, bad.flag)))
+    findings += [flag_fix.finding() for flag_fix in flag_guard.FIXES]
+    findings += cache_lib.setup_findings(s.cache_status)
     cache = None
     if s.cache_status is not None:
         cache = cache_directory.start_section(s.cache_status)
     return Setup(environment, info, cache, findings)
-
-
-def setup_findings(settings: Settings) -> list[tuple[str, str, str, tuple]]:
-    """`(code, message, fix, place)` for bad XLA flags (those found when
-    the tuner was made, those fixed at import) and the compile cache."""
-    out = [
-        (
-            p.code,
-            p.message,
-            p.suggestion or "Remove the flag.",
-            (p.variable, p.flag),
-        )
-        for p in settings.flag_problems
-    ]
-    out += [fix.finding() for fix in flag_guard.FIXES]
-    return out + cache_lib.setup_findings(settings.cache_status)
