@@ -81,7 +81,8 @@ class InputStamps:
         ]
         if not _fetched(tensors):
             return
-        with tf.name_scope(SCOPE), _no_clusters():
+        no_clusters = tf.xla.experimental.jit_scope(compile_ops=False)
+        with tf.name_scope(SCOPE), no_clusters:
             # No inputs: it runs as the function starts, as the fetch
             # does (ordering the fetch after it would put one more op on
             # the step's path).
@@ -116,11 +117,6 @@ def _fetched(tensors: list) -> bool:
             return True
         queue.extend(t.op for t in op.inputs if t.graph is graph)
     return False
-
-
-def _no_clusters():
-    """Keeps the stamps' ops out of auto-clustering's XLA clusters."""
-    return tf.xla.experimental.jit_scope(compile_ops=False)
 
 
 def install(model: Any, make: Callable[[], None], stamps: InputStamps) -> None:
