@@ -66,18 +66,16 @@ def check_divisible(x, k: int) -> None:
     assertion checked at run time (outside any XLA cluster)."""
     if k == 1:
         return
-    batch = tf.nest.flatten(x)[0].shape[0]
+    first = tf.nest.flatten(x)[0]
+    batch = first.shape[0]
     if batch is not None and batch % k:
         raise ValueError(
             f"`accumulation_steps={k}` does not divide the batch size "
             f"{batch}: pick a batch size that is a multiple of {k}."
         )
-    if batch is None:
-        # Shapes are only known at run time (e.g. a partial last
-        # batch); this check runs outside the XLA cluster.
-        size = tf.shape(tf.nest.flatten(x)[0])[0]
+    if batch is None:  # Known at run time only (a partial last batch?).
         tf.debugging.assert_equal(
-            size % k,
+            tf.shape(first)[0] % k,
             0,
             message=(
                 f"accumulation_steps={k} does not divide this batch's "

@@ -13,13 +13,11 @@ def tensor_core_misalignment(model, batch_size, devices=None) -> list[str]:
     """Sizes that keep float16/bfloat16 matmuls and convolutions off a
     GPU's tensor cores (not multiples of 8): `Dense` units, convolution
     filters and the batch size. Empty without a GPU or in float32."""
-    gpus = [d for d in device_infos(devices) if d.device_type == "GPU"]
-    low = ("float16", "bfloat16")
-    if not gpus:
+    if not any(d.device_type == "GPU" for d in device_infos(devices)):
         return []
     out = []
     for layer in model._flatten_layers(include_self=False):
-        if getattr(layer, "compute_dtype", None) not in low:
+        if getattr(layer, "compute_dtype", None) not in ("float16", "bfloat16"):
             continue
         size = getattr(layer, "units", None) or getattr(layer, "filters", 0)
         if isinstance(size, int) and size % 8:

@@ -26,8 +26,7 @@ def spec_of(data: Any, varies: tuple[int, ...]) -> Any:
     """The element spec of a padded batch: its shapes, but the batch
     dimension and the padded one (where a leaf has the first leaf's size
     in it) unknown, so one trace serves every bucket."""
-    leaves = tf.nest.flatten(data)
-    first = leaves[0].shape
+    first = tf.nest.flatten(data)[0].shape
 
     def spec(a):
         shape = [

@@ -140,7 +140,6 @@ def program_bytes(data: bytes) -> int | None:
 
 
 def read_modules(path: str) -> tuple[bytes, bytes]:
-    """The serialized `(unoptimized, optimized)` `HloModuleProto`s of one
-    entry; `ValueError` if the file is not an entry, `OSError` if it
-    cannot be read."""
+    """`parse_modules` of the entry at `path`; `OSError` if it cannot be
+    read."""
     return parse_modules(read_bytes(path), path)

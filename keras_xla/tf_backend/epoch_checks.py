@@ -60,23 +60,23 @@ def probe_findings(functions) -> list[tuple[str, str, str]]:
     from keras_xla.core import findings
     from keras_xla.tf_backend.probe import FOLDED, KEPT_DIMS
 
+    fix = (
+        "Give the inputs static shapes (padding, bucketing) or fewer "
+        "dynamic dimensions."
+    )
     out = []
     for function in ("train", "test"):
         variant = functions.active(function) if functions else None
         folded = variant.probe.folded if variant is not None else []
         if folded:
             names = ", ".join(f"`{path}` dim {d}" for path, d in folded)
-            out.append(
-                (
-                    findings.FOLDED_DIMENSIONS,
-                    f"{function}: the step has more than {KEPT_DIMS + 1} "
-                    f"dynamic dimensions; the probe records the first "
-                    f"{KEPT_DIMS} and folds the other {len(folded)} "
-                    f"({names}) into one hash. Compilations are still "
-                    "counted, but one caused by a folded dimension names "
-                    f"the input `{FOLDED}`, not its own.",
-                    "Give the inputs static shapes (padding, bucketing) or "
-                    "fewer dynamic dimensions.",
-                )
+            message = (
+                f"{function}: the step has more than {KEPT_DIMS + 1} "
+                f"dynamic dimensions; the probe records the first "
+                f"{KEPT_DIMS} and folds the other {len(folded)} "
+                f"({names}) into one hash. Compilations are still "
+                "counted, but one caused by a folded dimension names "
+                f"the input `{FOLDED}`, not its own."
             )
+            out.append((findings.FOLDED_DIMENSIONS, message, fix))
     return out

@@ -24,11 +24,8 @@ _ABSENT = object()
 
 
 class ModelLease:
-    """The model as a fit found it.
-
-    Args:
-        model: The model being fit, before the tuner changes it.
-    """
+    """The model being fit, as the fit found it (before the tuner's
+    changes)."""
 
     def __init__(self, model: Any) -> None:
         self.model = model
