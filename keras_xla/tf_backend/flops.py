@@ -38,13 +38,7 @@ def measure_peak_flops(
     """Matmul FLOP/s this device reaches in `dtype` under XLA: the FLOPs of
     a jit-compiled chain of `matmuls` `[size, size]` matmuls over its
     fastest of `repeats` runs after a compiling one (~0.2 s on 2 CPU cores).
-
-    Args:
-        dtype: A floating dtype name. Defaults to `"float32"`.
-        size: Side of the square matrices. Defaults to `512`.
-        matmuls: Matmuls per run. Defaults to `8`.
-        repeats: Timed runs. Defaults to `5`.
-    """
+    `dtype` names a floating dtype."""
     import tensorflow as tf
 
     tf_dtype = tf.as_dtype(dtype)
