@@ -17,18 +17,9 @@ _TOP_LEVEL_NAMES = ("x", "y", "sample_weight")
 
 
 def flatten_with_paths(data: Any) -> list[tuple[str, Any]]:
-    """Flattens a batch into `(path, array)` pairs with readable paths.
-
-    A Keras batch `(x, y, sample_weight)` gives `x`, `y`, `sample_weight`;
-    nested structures add `/key` (dict keys in sorted order) or `/index`
-    (`x/tokens`, `x/0`); `None` entries are left out.
-
-    Args:
-        data: One batch as the step function receives it.
-
-    Returns:
-        The `(path, array)` pairs, in a stable order.
-    """
+    """A batch, as the step function receives it, as `(path, array)`
+    pairs in a stable order: nested structures add `/key` (dict keys
+    sorted) or `/index`; `None` entries are left out."""
     if isinstance(data, tuple) and 1 <= len(data) <= 3:
         top = list(zip(_TOP_LEVEL_NAMES, data))
     else:

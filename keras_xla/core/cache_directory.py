@@ -89,17 +89,10 @@ def untrusted_entry(directory: str) -> str | None:
 
 
 def open_directory(directory: str) -> tuple[str, CacheStatus | None]:
-    """The cache directory as an absolute path, created (mode 700) if
-    missing.
-
-    Args:
-        directory: What the user passed as the cache directory.
-
-    Returns:
-        `(absolute path, None)`, or `(absolute path, inactive status)`
-        when the directory cannot be created. Raises `ValueError` if
-        `directory` is not a path or is a file.
-    """
+    """The cache directory the user passed as an absolute path, created
+    (mode 700) if missing, and None or, where it cannot be created, an
+    inactive status. Raises `ValueError` if it is not a path or is a
+    file."""
     if not isinstance(directory, (str, os.PathLike)) or not str(directory):
         raise ValueError(
             f"Unsupported value `compile_cache={directory!r}`: pass a "
@@ -128,17 +121,9 @@ def open_directory(directory: str) -> tuple[str, CacheStatus | None]:
 def refused(
     directory: str, why: str, runtime: str, entries: int = 0
 ) -> CacheStatus:
-    """The status of a directory not used because it is `untrusted`.
-
-    Args:
-        directory: The cache directory.
-        why: What `untrusted()` (or a backend's own check) found.
-        runtime: What runs the entries ("TensorFlow", "JAX").
-        entries: Entries found there. Defaults to `0`.
-
-    Returns:
-        An inactive `CacheStatus` with `untrusted=True`.
-    """
+    """The inactive status of a directory not used because of `why`
+    (what `untrusted()`, or a backend's own check, found); `runtime` runs
+    the entries ("TensorFlow", "JAX")."""
     return CacheStatus(
         directory,
         False,

@@ -21,15 +21,9 @@ _FILES = itertools.count()
 
 
 class EventFile:
-    """One TensorBoard event file, as TensorBoard's writer names and
-    frames it (TFRecord: length, its masked CRC-32C, the `Event` proto,
-    its masked CRC-32C), written with Python's own files: a new file of
-    this process's, in a run folder keras_xla made (`files.own_directory`:
-    never through a link).
-
-    Args:
-        run_dir: The run's folder (made if missing).
-    """
+    """A new TensorBoard event file of this process's in `run_dir`, a
+    run folder keras_xla makes if missing (`files.own_directory`: never
+    through a link)."""
 
     def __init__(self, run_dir: str) -> None:
         from tensorboard.compat.proto import event_pb2

@@ -78,8 +78,6 @@ def resolve_cpu_flags(flags: Iterable[str] | None) -> frozenset[str]:
 
 
 def cache_directory() -> str:
-    """Where keras_xla keeps what it measured on this machine:
-    `KERAS_XLA_CACHE_DIR`, else `$XDG_CACHE_HOME/keras_xla` (or
-    `~/.cache/keras_xla`); a private temporary folder for this process
-    when that cannot be used (`cache_home`)."""
+    """Where keras_xla keeps what it measured on this machine
+    (`cache_home.directory`)."""
     return cache_home.directory()
