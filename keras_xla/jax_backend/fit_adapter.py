@@ -12,7 +12,6 @@ verdict -> JSON, TensorBoard (without TensorFlow), the summary.
 
 from __future__ import annotations
 
-import logging
 import time
 import weakref
 from collections.abc import Callable
@@ -32,8 +31,6 @@ from keras_xla.jax_backend import environment, epoch_checks, hlo
 from keras_xla.jax_backend.compile_events import CompileEvents
 from keras_xla.jax_backend.step_log import JaxStepLog, trackers_of
 from keras_xla.jax_backend.tap import FUNCTIONS, StepTap, Taken, untapped
-
-logger = logging.getLogger(__name__)
 
 # Step functions built for a model's XLA setting and precision, kept
 # across fits so a second fit with the same configuration compiles

@@ -44,15 +44,13 @@ _ARRAY = re.compile(r"^([a-z]+\d*)\[([\d,]*)\]")
 ELEMENT_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2}
 ELEMENT_BYTES |= {"bf16": 2, "s32": 4, "u32": 4, "f32": 4, "s64": 8}
 ELEMENT_BYTES |= {"u64": 8, "f64": 8, "c64": 8, "c128": 16}
-
-
 # Where the module's text goes in the log dir (as on TensorFlow).
 TEXT_PATH = os.path.join("hlo", "train_step.optimized.txt")
 
 
-def jitted_step(model: Any, function: str = "train") -> Any:
-    """The `jax.jit` object the model's step function calls, or None."""
-    return _jitted(untapped(getattr(model, f"{function}_function", None)))
+def jitted_step(model: Any) -> Any:
+    """The `jax.jit` object the model's train function calls, or None."""
+    return _jitted(untapped(getattr(model, "train_function", None)))
 
 
 def _jitted(fn: Any, depth: int = 2) -> Any:

@@ -40,9 +40,7 @@ class Trackers:
     """
 
     def __init__(self) -> None:
-        self._by_function: weakref.WeakKeyDictionary = (
-            weakref.WeakKeyDictionary()
-        )
+        self._by_function = weakref.WeakKeyDictionary()
         self._by_id: dict[int, SignatureTracker] = {}
 
     def of(self, function: Any) -> SignatureTracker:
@@ -86,10 +84,7 @@ class JaxStepLog:
     """
 
     def __init__(
-        self,
-        steps_per_call: int,
-        tap: StepTap,
-        trackers: Trackers,
+        self, steps_per_call: int, tap: StepTap, trackers: Trackers
     ) -> None:
         self.tap = tap
         self.trackers = trackers
@@ -100,9 +95,7 @@ class JaxStepLog:
         # return (the dispatch), the batch-end hook the completion.
         tap.on_return = self.timer.returned
         self.records: dict[str, list[StepRecord]] = {"train": [], "test": []}
-        # Whether collecting waits for the calls' results (not when the
-        # fit raised: a call's batch end may never come).
-        self.wait = True
+        self.wait = True  # until `abort`
         # The epoch's cache hits and misses so far (the owner's cache
         # labels read and reset them).
         self.cache = [0, 0]

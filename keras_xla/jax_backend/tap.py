@@ -36,10 +36,10 @@ def canonical_dtype(dtype: Any) -> str:
     return np.dtype(jax.dtypes.canonicalize_dtype(dtype)).name
 
 
-def signature_of(data: Any, trace: int = 0) -> Signature:
+def signature_of(data: Any) -> Signature:
     """The signature a batch compiles on (see the module docstring)."""
     return Signature(
-        trace,
+        0,
         tuple(
             TensorSignature(
                 path, tuple(int(d) for d in a.shape), canonical_dtype(a.dtype)
@@ -175,14 +175,11 @@ class StepTap:
         def tapped(state, iterator):
             entered = time.perf_counter()
             hooked = self._armed[function] > 0
+            others = self.events.other_compilations
             if hooked:
                 self._armed[function] -= 1
+                others = self._others_at_arm
             call = TapCall(function, source=fn)
-            others = (
-                self._others_at_arm
-                if hooked
-                else self.events.other_compilations
-            )
             tapped_iterator = _TappedIterator(iterator, call, self)
             call.own = time.perf_counter() - entered
             try:
