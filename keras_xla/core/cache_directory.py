@@ -151,24 +151,18 @@ def status_findings(
     untrusted, is not in force (`inactive_fix` says what to do), or
     cannot save new entries; empty when it is in force."""
     if status.untrusted:
-        return [
-            (
-                findings.COMPILE_CACHE_UNTRUSTED,
-                status.message,
-                f"Use a directory only you can write (chmod go-w "
-                f"{status.directory}), or pass "
-                "XLATuner(trust_shared_cache=True) if you trust everyone "
-                "who can write it.",
-            )
-        ]
-    if not status.active:
-        return [(findings.COMPILE_CACHE_INACTIVE, status.message, inactive_fix)]
-    if not status.persist:
-        return [
-            (
-                findings.COMPILE_CACHE_READ_ONLY,
-                status.message,
-                f"Make {status.directory} writable to save new entries.",
-            )
-        ]
-    return []
+        code = findings.COMPILE_CACHE_UNTRUSTED
+        fix = (
+            f"Use a directory only you can write (chmod go-w "
+            f"{status.directory}), or pass "
+            "XLATuner(trust_shared_cache=True) if you trust everyone "
+            "who can write it."
+        )
+    elif not status.active:
+        code, fix = findings.COMPILE_CACHE_INACTIVE, inactive_fix
+    elif not status.persist:
+        code = findings.COMPILE_CACHE_READ_ONLY
+        fix = f"Make {status.directory} writable to save new entries."
+    else:
+        return []
+    return [(code, status.message, fix)]
