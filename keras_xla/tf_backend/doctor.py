@@ -151,8 +151,7 @@ def collect_diagnosis() -> dict[str, Any]:
     flag_problems = flags_lib.check_flags(
         {k: v for k, v in values.items() if v is not None}
     )
-    # What would still abort now: unset for the checks. Ignored trailing
-    # text does not abort: keep the variable and compile.
+    # What would still abort now (not ignored text): unset for the checks.
     fatal = [
         p for p in flags_lib.check_flags() if p.code not in flags_lib.HARMLESS
     ]

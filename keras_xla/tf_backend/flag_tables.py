@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
 import json
 import logging
 import mmap
@@ -149,8 +150,6 @@ def tables() -> dict[str, FlagTable]:
 
 def _tensorflow_key() -> str | None:
     """The installed TensorFlow (where and which), without importing it."""
-    import importlib.util
-
     spec = importlib.util.find_spec("tensorflow")
     if spec is None or not spec.origin:
         return None
