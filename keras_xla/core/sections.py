@@ -189,15 +189,12 @@ class Decision(Section):
         where = where or "decision"
         decision = super().from_dict(data, skipped, where)
         if decision is not None:
-            decision.candidates = [
-                c
-                if isinstance(c, CandidateResult)
-                else reading.read(
-                    CandidateResult, c, f"{where}.candidates[{i}]", skipped
-                )
-                for i, c in enumerate(decision.candidates)
-            ]
-            decision.candidates = [c for c in decision.candidates if c]
+            decision.candidates = reading.read_rows(
+                CandidateResult,
+                decision.candidates,
+                f"{where}.candidates",
+                skipped,
+            )
         return decision
 
 
