@@ -64,23 +64,21 @@ def _escape(match: re.Match) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
-def printable_report(report: XLAReport) -> XLAReport:
-    """A copy of `report` whose every string (values and keys, in every
-    section and row) is `printable`: what a report file holds cannot
-    forge lines on a terminal."""
-    return _printable(report)
-
-
-def _printable(value: Any) -> Any:
+def printable_report(value: Any) -> Any:
+    """A copy of a report (or of any value in it) whose every string
+    (values and keys, in every section and row) is `printable`: what a
+    report file holds cannot forge lines on a terminal."""
     if isinstance(value, str):
         return printable(value)
     if isinstance(value, dict):
-        return {_printable(k): _printable(v) for k, v in value.items()}
+        return {
+            printable_report(k): printable_report(v) for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
-        return type(value)(map(_printable, value))
+        return type(value)(map(printable_report, value))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         changes = {
-            f.name: _printable(getattr(value, f.name))
+            f.name: printable_report(getattr(value, f.name))
             for f in dataclasses.fields(value)
             if f.init
         }
@@ -241,13 +239,13 @@ def sides(guard) -> str:
 def jit_line(report: XLAReport) -> list[str]:
     if report.jit is None:
         return []
-    state = "on" if report.jit.enabled else "off"
     clustering = report.clustering
-    lines = []
     if clustering is not None and clustering.mode == "auto-clustering":
-        state = "auto-clustering on"
-        lines.append(clusters_line(clustering))
-    return [f"XLA {state}: {report.jit.reason}", *filter(None, lines)]
+        return [
+            f"XLA auto-clustering on: {report.jit.reason}",
+            clusters_line(clustering),
+        ]
+    return [f"XLA {'on' if report.jit.enabled else 'off'}: {report.jit.reason}"]
 
 
 def clusters_line(clustering) -> str:
@@ -340,14 +338,6 @@ def _windows_where(b) -> str:
     )
 
 
-def top_findings(findings: Sequence[Finding], limit: int) -> list[Finding]:
-    """Warnings first, then by compile seconds lost."""
-    return sorted(
-        findings,
-        key=lambda f: (f.severity != "warning", -f.compile_seconds),
-    )[:limit]
-
-
 def verdict_lines(verdict: Verdict | None) -> list[str]:
     """The verdict's headline, then the most valuable next step."""
     if verdict is None:
@@ -398,7 +388,8 @@ def verdict_markdown(verdict: Verdict, baseline=None) -> str:
 
 def summary(report: XLAReport, max_findings: int = 3) -> str:
     """The train-end summary: the verdict first, then XLA on or off, the
-    epoch table, the trial, the top findings."""
+    epoch table, the trial, the top findings (warnings first, then by
+    compile seconds lost)."""
     lines = verdict_lines(report.verdict)
     lines += jit_line(report)
     lines += epoch_table(report)
@@ -406,7 +397,11 @@ def summary(report: XLAReport, max_findings: int = 3) -> str:
     lines += guard_line(report.guard)
     lines += baseline_line(report.baseline)
     lines += decision_line(report.decision)
-    for f in top_findings(report.findings, max_findings):
+    top = sorted(
+        report.findings,
+        key=lambda f: (f.severity != "warning", -f.compile_seconds),
+    )
+    for f in top[:max_findings]:
         lines.append(f"[{f.code}] {f.message} Fix: {f.fix}")
     return "\n".join(lines)
 
@@ -502,16 +497,9 @@ def full_report(report: XLAReport, path: str) -> str:
     rows = [RECOMPILATION_HEADER]
     for r in report.recompilations:
         where = map(str, (r.function, r.epoch, r.step, r.input))
+        dims, causes = recompilation_dims(r), recompilation_causes(r)
         change = f"{r.before} -> {r.after}"
-        rows.append(
-            (
-                *where,
-                recompilation_dims(r),
-                change,
-                recompilation_causes(r),
-                number(r.compile_seconds),
-            )
-        )
+        rows.append((*where, dims, change, causes, number(r.compile_seconds)))
     lines += format_table(rows) if report.recompilations else []
     guard = guard_line(report.guard)
     lines += ["", *guard] if guard else []
@@ -522,12 +510,12 @@ def full_report(report: XLAReport, path: str) -> str:
     lines += hlo_lines(report.hlo) + profile_lines(report.profile)
     lines += ["", f"Findings ({len(report.findings)})"]
     for f in report.findings:
-        lines.append(
+        lines += [
             f"[{f.code}] {f.severity}, count {f.count}, "
-            f"{f.compile_seconds:.2f} s compiling"
-        )
-        lines.append(f"  {f.message}")
-        lines.append(f"  Fix: {f.fix}")
+            f"{f.compile_seconds:.2f} s compiling",
+            f"  {f.message}",
+            f"  Fix: {f.fix}",
+        ]
     return "\n".join(lines)
 
 
