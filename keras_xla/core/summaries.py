@@ -69,36 +69,31 @@ class EventWriter:
     """
 
     def __init__(self, log_dir: str, run: str = TRAIN_RUN) -> None:
-        self.log_dir = log_dir
         self.run_dir = os.path.join(log_dir, run)
         self._writer: EventFile | None = None
         self._last_text: dict[str, str] = {}
 
-    def _get(self) -> EventFile:
-        if self._writer is None:
-            self._writer = EventFile(self.run_dir)
-        return self._writer
-
-    def _write(self, step: int, values: list) -> None:
+    def _write(self, step: int, values: list[tuple[str, Any, Any]]) -> None:
+        """One event at `step` of `(tag, array, summary metadata)` values."""
         from tensorboard.compat.proto import event_pb2, summary_pb2
-
-        self._get().add_event(
-            event_pb2.Event(
-                wall_time=time.time(),
-                step=int(step),
-                summary=summary_pb2.Summary(value=values),
-            )
-        )
-
-    @staticmethod
-    def _value(tag: str, array: Any, summary_metadata: Any) -> Any:
-        from tensorboard.compat.proto import summary_pb2
         from tensorboard.util import tensor_util
 
-        return summary_pb2.Summary.Value(
-            tag=tag,
-            tensor=tensor_util.make_tensor_proto(array),
-            metadata=summary_metadata,
+        summary = summary_pb2.Summary(
+            value=[
+                summary_pb2.Summary.Value(
+                    tag=tag,
+                    tensor=tensor_util.make_tensor_proto(array),
+                    metadata=meta,
+                )
+                for tag, array, meta in values
+            ]
+        )
+        if self._writer is None:
+            self._writer = EventFile(self.run_dir)
+        self._writer.add_event(
+            event_pb2.Event(
+                wall_time=time.time(), step=int(step), summary=summary
+            )
         )
 
     @staticmethod
@@ -113,7 +108,7 @@ class EventWriter:
         """Writes each `tag: value` at `step`; `None` values are skipped."""
         meta = self._scalar_metadata()
         values = [
-            self._value(tag, np.array(float(value), np.float32), meta)
+            (tag, np.array(float(value), np.float32), meta)
             for tag, value in scalars.items()
             if value is not None
         ]
@@ -125,7 +120,7 @@ class EventWriter:
         meta = self._scalar_metadata()
         for step, value in points:
             array = np.array(float(value), np.float32)
-            self._write(step, [self._value(STEP_TIME_TAG, array, meta)])
+            self._write(step, [(STEP_TIME_TAG, array, meta)])
 
     def write_report(
         self, step: int, report_json: str, tag: str = REPORT_TAG
@@ -137,7 +132,7 @@ class EventWriter:
 
         meta = summary_pb2.SummaryMetadata.FromString(summary_metadata())
         array = np.array(report_json.encode("utf-8"), dtype=object)
-        self._write(step, [self._value(tag, array, meta)])
+        self._write(step, [(tag, array, meta)])
 
     def write_text(self, step: int, tag: str, text: str) -> None:
         """`text` (Markdown) under `tag` at `step`."""
@@ -147,7 +142,7 @@ class EventWriter:
             display_name="", description=""
         )
         array = np.array(text.encode("utf-8"), dtype=object)
-        self._write(step, [self._value(tag, array, meta)])
+        self._write(step, [(tag, array, meta)])
 
     def write_text_if_changed(self, step: int, tag: str, text: str) -> None:
         """`write_text`, unless `tag` already shows this text."""
