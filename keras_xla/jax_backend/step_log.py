@@ -61,27 +61,17 @@ def trackers_of(model: Any) -> Trackers:
 
 @dataclasses.dataclass
 class JaxStepRecord(StepRecord):
-    """A `StepRecord` with the persistent cache's hits. Its compilations'
-    seconds are JAX's (`measured_compile_seconds`), not estimated.
-
-    Attributes:
-        cache_hits: Persistent-cache hits in the call (no compilation).
-        hit_seconds: JAX's seconds of loading those hits.
-    """
+    """A `StepRecord` whose compile seconds are JAX's, not estimated, with
+    the call's persistent-cache hits (no compilation) and JAX's seconds of
+    loading them."""
 
     cache_hits: int = 0
     hit_seconds: float = 0.0
 
 
 class JaxStepLog:
-    """The timed, tapped calls of the train and test functions.
-
-    Args:
-        steps_per_call: `steps_per_execution`.
-        tap: The fit's tap on the step functions.
-        trackers: The compiled signatures of each of the model's step
-            functions.
-    """
+    """The timed, tapped calls of the train and test functions
+    (`steps_per_call`: the model's `steps_per_execution`)."""
 
     def __init__(
         self, steps_per_call: int, tap: StepTap, trackers: Trackers
@@ -91,8 +81,6 @@ class JaxStepLog:
         self.timer = StepTimer(
             steps_per_call, 1 << 30, record_type=JaxStepRecord
         )
-        # The step returns before its work is done: the tap stamps the
-        # return (the dispatch), the batch-end hook the completion.
         tap.on_return = self.timer.returned
         self.records: dict[str, list[StepRecord]] = {"train": [], "test": []}
         self.wait = True  # until `abort`
@@ -100,18 +88,13 @@ class JaxStepLog:
         # labels read and reset them).
         self.cache = [0, 0]
         self._retraces: dict[str, int] = {"train": 0, "test": 0}
+        # A call's results and its end are the timer's (any thread).
+        self.complete = self.timer.complete
+        self.close = self.timer.close
 
     def begin(self, function: str, batch: int, now: float) -> None:
         self.timer.begin(function, batch, now)
         self.tap.arm(function)
-
-    def complete(self, function: str, step: int, now: float) -> None:
-        """`function`'s call that ran `step` has its results at `now`
-        (any thread)."""
-        self.timer.complete(function, step, now)
-
-    def close(self, now: float | None = None) -> None:
-        self.timer.close(now)
 
     def collect(
         self, function: str, next_step: int | None = None
@@ -122,7 +105,7 @@ class JaxStepLog:
         reads each call's batches itself.)"""
         timed = self.timer.flush(function, wait=self.wait)
         calls = self.tap.take(function)
-        records = []
+        records = self.records[function]
         for i, record in enumerate(timed):
             call = calls[i] if i < len(calls) else TapCall(function)
             record.signatures = [(s,) for s in call.signatures]
@@ -131,8 +114,7 @@ class JaxStepLog:
             self._detect(function, record, call.events, tracker)
             if record.signatures or record.measured_compile_seconds:
                 records.append(record)
-        self.records[function].extend(records)
-        return self.records[function]
+        return records
 
     def take(self, function: str) -> list[StepRecord]:
         """Closes and collects `function`, and hands over its records;
