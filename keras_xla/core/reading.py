@@ -84,19 +84,9 @@ RENAMED: dict[str, dict[str, str]] = {
 
 
 def parse(text: str) -> Any:
-    """JSON text as Python values, refusing nesting no report has.
-
-    Args:
-        text: The file's text.
-
-    Returns:
-        The parsed value.
-
-    Raises:
-        ValueError: For text that is not JSON (`json.JSONDecodeError`),
-            or JSON nested more than `MAX_DEPTH` levels deep (which
-            Python's parser may not even read: a `RecursionError`).
-    """
+    """JSON text as Python values; `ValueError` for text that is not JSON
+    (`json.JSONDecodeError`) or JSON nested more than `MAX_DEPTH` levels
+    deep (which Python's parser may not even read: a `RecursionError`)."""
     too_deep = f"JSON nested more than {MAX_DEPTH} levels deep"
     try:
         data = json.loads(text)
@@ -255,9 +245,7 @@ def read_rows(cls: type, rows: Any, where: str, skipped: list[str]) -> list:
     if not isinstance(rows, list):
         skipped.append(f"{where} (not a list)")
         return []
-    out = []
-    for i, row in enumerate(rows):
-        value = read(cls, row, f"{where}[{i}]", skipped)
-        if value is not None:
-            out.append(value)
-    return out
+    found = (
+        read(cls, row, f"{where}[{i}]", skipped) for i, row in enumerate(rows)
+    )
+    return [row for row in found if row is not None]
