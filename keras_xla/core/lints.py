@@ -145,17 +145,16 @@ def epoch_lints(
     to say (`verdict.compile_dominates`); tensor-core alignment reads the
     model (`tensor_core_alignment`, TensorFlow's first epoch)."""
     median_ms = figures.MEDIAN_STEP.value(stats)
-    per_call = steps_per_execution
     found = {
         codes.NO_STEPS: no_steps(stats.epoch, stats.steps),
         codes.DISPATCH_BOUND_STEPS: dispatch_bound(
-            median_ms, per_call, figures.DISPATCH.value(stats)
+            median_ms, steps_per_execution, figures.DISPATCH.value(stats)
         ),
         codes.INPUT_BOUND: input_bound(
             median_ms, figures.INPUT_WAIT.value(stats)
         ),
         codes.TUNER_OVERHEAD: tuner_overhead(
-            median_ms, figures.TUNER.value(stats), per_call
+            median_ms, figures.TUNER.value(stats), steps_per_execution
         ),
     }
     return [(code, *lint) for code, lint in found.items() if lint is not None]
