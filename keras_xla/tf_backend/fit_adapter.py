@@ -11,7 +11,6 @@ accounting -> epoch statistics -> report -> summaries.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -26,7 +25,6 @@ from keras_xla.tf_backend import (
     autoclustering,
     batch_feed,
     cache_savings,
-    compile_ledger,
     epoch_checks,
     fit_setup,
     hlo_analysis,
@@ -44,15 +42,13 @@ from keras_xla.tf_backend.step_functions import (
 )
 from keras_xla.tf_backend.step_log import CLUSTERS, JIT, StepLog
 
-logger = logging.getLogger(__name__)
-
 
 class TFFitAdapter(FitAdapter):
     """One fit on TensorFlow (`keras_xla.fit_adapter.FitAdapter`)."""
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
-        self.log: FitLog | None = None
+        self.log: StepLog | None = None
         self.functions: StepFunctions | None = None
         self.lease: ModelLease | None = None
         self.profile = ProfileRun.of(self.settings, self.report, self.book)
@@ -73,8 +69,12 @@ class TFFitAdapter(FitAdapter):
         for code, message, fix, place in setup.findings:
             self.book.add(code, message, fix, place)
         self._configured = True
-        if self.jit_on:
-            self._preflight()
+        # Unsupported ops looked for before training: custom layers only
+        # (Keras's own layers declare `supports_jit`).
+        if self.jit_on and unsupported_lib.has_custom_layers(model):
+            ops = unsupported_lib.preflight(model)
+            if ops:
+                self._handle_unsupported(ops)
         self._settle_clustering()
         native = getattr(model, "_keras_xla_native_probe", False)
         if native or jit_lib.replicas_in_sync(model) == 1:
@@ -145,22 +145,11 @@ class TFFitAdapter(FitAdapter):
                     self.model, function, config, self._wrap, trial is not None
                 )
         if self.log is None:
-            self.log = self._new_log()
+            self.log = StepLog(self)
         # Keras's end-of-data call of a train function without XLA, in a
         # baseline over data of unknown length, still counts a step.
         unknown = trial is not None and trial.unknown_length
         self.log.count_steps = unknown and not self.jit_on
-
-    def _new_log(self) -> FitLog:
-        cache = self.settings.cache_status
-        return FitLog(
-            self,
-            int(self.model.steps_per_execution or 1),
-            self.functions,
-            compile_ledger.status().directory,
-            stamp_calls=bool(cache and cache.active and cache.live),
-            counting=lambda: self.counting,
-        )
 
     def _config(self, jit: bool) -> Config:
         model = self.model
@@ -231,15 +220,6 @@ class TFFitAdapter(FitAdapter):
         return switched
 
     # Unsupported ops.
-
-    def _preflight(self) -> None:
-        """Looks for unsupported ops before training (custom layers only;
-        Keras's own layers declare `supports_jit`)."""
-        if not unsupported_lib.has_custom_layers(self.model):
-            return
-        ops = unsupported_lib.preflight(self.model)
-        if ops:
-            self._handle_unsupported(ops)
 
     def _guard(self, function: str, fn: Any) -> Any:
         def fall_back(ops):
@@ -354,12 +334,9 @@ class TFFitAdapter(FitAdapter):
             self._feeds.close()
         if not keep:
             self.lease.restore()
-        self._match_functions()
-
-    def _match_functions(self) -> None:
-        """The step functions on the model are those of its settings: a
-        variant this fit (or an earlier one) built, else a new one (built,
-        not traced: nothing runs until the model is called)."""
+        # The step functions on the model are those of its settings: a
+        # variant this fit (or an earlier one) built, else a new one
+        # (built, not traced: nothing runs until the model is called).
         if self.functions is None:
             return
         config = self._config(self.model.jit_compile)
@@ -367,63 +344,3 @@ class TFFitAdapter(FitAdapter):
             variant = self.functions.active(function)
             if variant is not None and variant.config != config:
                 self.functions.prepare(self.model, function, config, None)
-
-
-class FitLog(StepLog):
-    """The fit's `StepLog`, with what TensorFlow's calls add: the profile
-    window opened and closed by call, and the step count Keras's
-    end-of-data call advances (`count_steps`) given back."""
-
-    def __init__(self, adapter: FitAdapter, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.adapter = adapter
-        self.count_steps = False
-        # The optimizer's step count before a train call that may be
-        # Keras's end-of-data call (None once the call ended).
-        self._count_before: int | None = None
-
-    def begin(self, function: str, batch: int, now: float) -> None:
-        if function == "train":
-            profile = self.adapter.profile
-            if profile is not None:
-                profile.before_call(self.timer.clock_offset + now)
-            if self.count_steps:
-                self._count_before = step_count(self.adapter.model)
-        super().begin(function, batch, now)
-
-    def complete(self, function: str, step: int, now: float) -> None:
-        self._count_before = None  # the call trained: it ended
-        super().complete(function, step, now)
-
-    def close(self, now: float | None = None) -> None:
-        if now is None:
-            # The run's end (validation, the epoch's end, the fit's), not
-            # a look between two calls: a call begun and never completed
-            # was Keras's end-of-data call.
-            self._give_back_step_count()
-        super().close(now)
-
-    def abort(self) -> None:
-        self._count_before = None  # a failed call: left as it is
-
-    def _give_back_step_count(self) -> None:
-        """The data ended in a no-XLA call of the baseline (an epoch of
-        unknown length): Keras's end-of-data call of a train function
-        without XLA advanced the optimizer's step count though it trained
-        nothing (`auto.runner.plan_baseline`); the count goes back to
-        what it was before that call, as training without the tuner
-        leaves it."""
-        before, self._count_before = self._count_before, None
-        if before is None:
-            return
-        count = self.adapter.model.optimizer.iterations
-        if int(count.numpy()) != before:
-            count.assign(before)
-            logger.info("Gave back the end-of-data call's optimizer step.")
-
-
-def step_count(model: Any) -> int | None:
-    """The optimizer's step count (`iterations`), or None without one."""
-    optimizer = getattr(model, "optimizer", None)
-    count = getattr(optimizer, "iterations", None)
-    return None if count is None else int(count.numpy())

@@ -6,11 +6,14 @@ probe read, the wait for their batches it carried (`input_wait`) and the
 tracing time it measured, and, while XLA is on, the compilations they show
 (`accounting.detect_compilations`; under auto-clustering the compile
 ledger's entries, `accounting.detect_cluster_compilations`). Records stay
-here until the owner takes a run's worth.
+here until the owner takes a run's worth. Train calls also open and close
+the profile window, and the step count Keras's end-of-data call advances
+is given back (`count_steps`).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +25,8 @@ from keras_xla.core.accounting import (
 from keras_xla.core.step_timer import StepTimer
 from keras_xla.core.timing import StepRecord, attach_steps, attach_waits
 from keras_xla.tf_backend import autoclustering, compile_ledger
-from keras_xla.tf_backend.step_functions import StepFunctions
+
+logger = logging.getLogger(__name__)
 
 # Entries listed as a call begins are dated this much before it: they were
 # written outside the fit's calls.
@@ -35,37 +39,29 @@ CLUSTERS = "auto-clustering"
 
 
 class StepLog:
-    """The timed, probed calls of the train and test functions.
+    """The timed, probed calls of a fit's train and test functions.
 
     Args:
-        steps_per_call: `steps_per_execution`.
-        functions: The model's probed step functions, or None (a plain
-            model under a multi-replica strategy: timed, not probed).
-        ledger: The compile ledger's directory, or None.
-        stamp_calls: Whether the ledger's entries are dated call by call.
-        counting: What counts as a compilation now (`JIT`, `CLUSTERS` or
-            None), asked as calls are collected: the owner's XLA setting
-            may change within a fit (the trial, a fallback).
+        adapter: The fit's `TFFitAdapter`: its model, its step functions
+            (None for a plain model under a multi-replica strategy: timed,
+            not probed), its profile window, and what counts as a
+            compilation now (`counting`), asked as calls are collected:
+            the owner's XLA setting may change within a fit (the trial, a
+            fallback).
     """
 
-    def __init__(
-        self,
-        steps_per_call: int,
-        functions: StepFunctions | None,
-        ledger: str | None = None,
-        stamp_calls: bool = False,
-        counting: Callable[[], str | None] = lambda: None,
-    ) -> None:
-        self.functions = functions
-        self.counting = counting
-        self.ledger = ledger
+    def __init__(self, adapter: Any) -> None:
+        self.adapter = adapter
+        self.functions = functions = adapter.functions
+        self.ledger = compile_ledger.status().directory
         # Date the ledger's entries call by call (a mirrored compile
         # cache labels each compilation a hit or a miss by them; auto-
         # clustering books clusters to calls by them); else at each
         # collect, which costs nothing per step: a listing of TensorFlow's
         # file system takes 30-50 us right after a step, while its threads
         # still spin.
-        self.stamp_calls = stamp_calls
+        cache = adapter.settings.cache_status
+        self.stamp_calls = bool(cache and cache.active and cache.live)
         self._counting: str | None = None
         # Auto-clustering: ledger entries already booked to a call, and
         # the functions that compiled clusters before.
@@ -75,6 +71,7 @@ class StepLog:
         # Compilations per `function/cluster`.
         self.clusters: dict[str, int] = {}
         self._cluster_ops: dict[str, set[str]] = {}
+        steps_per_call = int(adapter.model.steps_per_execution or 1)
         probe = functions.probe("train") if functions else None
         capacity = probe.slots // steps_per_call - 1 if probe else 1 << 30
         self.timer = StepTimer(steps_per_call, capacity)
@@ -85,11 +82,22 @@ class StepLog:
         # After the per-shape fallback: whether a step of `(function,
         # signature)` ran XLA's step (the others compile nothing).
         self.ran_xla: Callable[[str, Any], bool] | None = None
+        # Whether a train call may be Keras's end-of-data call of a train
+        # function without XLA, and the optimizer's step count before it
+        # (None once the call ended).
+        self.count_steps = False
+        self._count_before: int | None = None
 
     def begin(self, function: str, batch: int, now: float) -> None:
         """A call of `function` at step `batch` begins (`now`: the clock
         read at the start of the hook)."""
-        self._counting = counting = self.counting()
+        if function == "train":
+            profile = self.adapter.profile
+            if profile is not None:
+                profile.before_call(self.timer.clock_offset + now)
+            if self.count_steps:
+                self._count_before = step_count(self.adapter.model)
+        self._counting = counting = self.adapter.counting
         if not self.timer.in_call:
             # New entries were written outside the fit's calls: dated
             # before this one, out of its window. (A call's own entries
@@ -101,14 +109,19 @@ class StepLog:
         """The batch-end hook of `function`'s call that ran `step` ran at
         `now` (perf_counter): the call's results exist, and so does any
         compilation it made."""
+        self._count_before = None  # the call trained: it ended
         self._stamp_ledger(now, 0.0, self._counting)
         self.timer.complete(function, step, now)
 
     def close(self, now: float | None = None) -> None:
         """The open call ends."""
-        in_call = self.timer.in_call
-        shift = 0.0 if in_call else -BEFORE_CALL_SECONDS
-        self._stamp_ledger(now, shift, self.counting())
+        if now is None:
+            # The run's end (validation, the epoch's end, the fit's), not
+            # a look between two calls: a call begun and never completed
+            # was Keras's end-of-data call.
+            self._give_back_step_count()
+        shift = 0.0 if self.timer.in_call else -BEFORE_CALL_SECONDS
+        self._stamp_ledger(now, shift, self.adapter.counting)
         self._collect_full(self.timer.close(now))
 
     def _stamp_ledger(
@@ -129,7 +142,7 @@ class StepLog:
         """Turns `function`'s pending calls into records (the step after
         them is `next_step`, where known); returns all of its records so
         far."""
-        counting = self.counting()
+        counting = self.adapter.counting
         if self.ledger is not None:
             compile_ledger.stamp()  # entries of the calls collected now
         records = self.timer.flush(function)
@@ -195,7 +208,7 @@ class StepLog:
         `evaluate()` between fits, or a callback's own), so they are not
         booked to the next run; returns the signatures they compiled (new
         to the function's tracker), found `when`, as report entries."""
-        found, counting = [], self.counting()
+        found, counting = [], self.adapter.counting
         for function in ("train", "test"):
             variant = (
                 self.functions.active(function) if self.functions else None
@@ -210,11 +223,10 @@ class StepLog:
                     if counting == JIT and variant.tracker.observe(
                         function, sig, replica
                     ):
-                        shapes = sig.shapes()
                         found.append(
                             {
                                 "function": function,
-                                "shapes": shapes,
+                                "shapes": sig.shapes(),
                                 "replica": replica,
                                 "found": when,
                             }
@@ -249,8 +261,31 @@ class StepLog:
 
     def abort(self) -> None:
         """The fit raised: nothing waits here (TensorFlow's calls return
-        with their results)."""
+        with their results); a failed call's step count is left as it is."""
+        self._count_before = None
 
     def _collect_full(self, full: tuple[str, int] | None) -> None:
         if full is not None:
             self.collect(full[0], next_step=full[1])
+
+    def _give_back_step_count(self) -> None:
+        """The data ended in a no-XLA call of the baseline (an epoch of
+        unknown length): Keras's end-of-data call of a train function
+        without XLA advanced the optimizer's step count though it trained
+        nothing (`auto.runner.plan_baseline`); the count goes back to
+        what it was before that call, as training without the tuner
+        leaves it."""
+        before, self._count_before = self._count_before, None
+        if before is None:
+            return
+        count = self.adapter.model.optimizer.iterations
+        if int(count.numpy()) != before:
+            count.assign(before)
+            logger.info("Gave back the end-of-data call's optimizer step.")
+
+
+def step_count(model: Any) -> int | None:
+    """The optimizer's step count (`iterations`), or None without one."""
+    optimizer = getattr(model, "optimizer", None)
+    count = getattr(optimizer, "iterations", None)
+    return None if count is None else int(count.numpy())
