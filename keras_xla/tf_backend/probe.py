@@ -57,13 +57,6 @@ class _Trace:
         ]
         self.fold = len(self.dynamic) > DIM_SLOTS
 
-    @property
-    def folded(self) -> list[tuple[str, int]]:
-        """The (input, dimension) pairs recorded only as a hash."""
-        if not self.fold:
-            return []
-        return [(self.entries[i][0], d) for i, d in self.dynamic[KEPT_DIMS:]]
-
     def signature(self, trace_id: int, dims: np.ndarray) -> Signature:
         shapes = [list(shape) for _, shape, _ in self.entries]
         kept = self.dynamic[:KEPT_DIMS] if self.fold else self.dynamic
@@ -149,7 +142,10 @@ class ShapeProbe:
     def folded(self) -> list[tuple[str, int]]:
         """The (input, dimension) pairs past the probe's 30 that are
         recorded only as a hash (the last trace's)."""
-        return self._traces[-1].folded if self._traces else []
+        if not self._traces or not self._traces[-1].fold:
+            return []
+        trace = self._traces[-1]
+        return [(trace.entries[i][0], d) for i, d in trace.dynamic[KEPT_DIMS:]]
 
     @property
     def traced(self) -> bool:
@@ -161,51 +157,41 @@ class ShapeProbe:
         """Adds the recording ops to the step being traced, under the
         `PROBE_SCOPE` name scope (so the HLO analysis can leave them out)."""
         with tf.name_scope(PROBE_SCOPE):
-            self._record(data)
-
-    def _record(self, data: Any) -> None:
-        pairs = flatten_with_paths(data)
-        entries = [
-            (path, tuple(t.shape.as_list()), t.dtype.name) for path, t in pairs
-        ]
-        trace = _Trace(entries)
-        trace_id = len(self._traces)
-        self._traces.append(trace)
-        dims = []
-        for i, d in trace.dynamic:
-            dims.append(tf.shape(pairs[i][1], out_type=tf.int64)[d])
-        if trace.fold:
-            folded = tf.constant(0, tf.int64)
-            for size in dims[KEPT_DIMS:]:  # wraps: a hash, not a size
-                folded = folded * 1_000_003 + size + 1
-            dims = dims[:KEPT_DIMS] + [folded]
-        step = self._counter.assign_add(1)
-        pad = [tf.constant(0, tf.int64)] * (DIM_SLOTS - len(dims))
-        if self.stamps is not None:
-            wait = self.stamps.take()
-        else:
-            wait = tf.constant(-1, tf.int64)
-        row = tf.stack(
-            [step, tf.constant(trace_id, tf.int64)] + dims + pad + [wait]
-        )
-        slot = tf.math.floormod(step, self.slots)
-        # assign(tensor_scatter_nd_update) rather than scatter_nd_update:
-        # sync-on-read (per-replica) variables only implement assign.
-        self._rows.assign(
-            tf.tensor_scatter_nd_update(
-                self._rows,
-                tf.reshape(slot, [1, 1]),
-                tf.reshape(row, [1, ROW_WIDTH]),
+            pairs = flatten_with_paths(data)
+            entries = [
+                (path, tuple(t.shape.as_list()), t.dtype.name)
+                for path, t in pairs
+            ]
+            trace = _Trace(entries)
+            trace_id = len(self._traces)
+            self._traces.append(trace)
+            dims = []
+            for i, d in trace.dynamic:
+                dims.append(tf.shape(pairs[i][1], out_type=tf.int64)[d])
+            if trace.fold:
+                folded = tf.constant(0, tf.int64)
+                for size in dims[KEPT_DIMS:]:  # wraps: a hash, not a size
+                    folded = folded * 1_000_003 + size + 1
+                dims = dims[:KEPT_DIMS] + [folded]
+            step = self._counter.assign_add(1)
+            pad = [tf.constant(0, tf.int64)] * (DIM_SLOTS - len(dims))
+            if self.stamps is not None:
+                wait = self.stamps.take()
+            else:
+                wait = tf.constant(-1, tf.int64)
+            row = tf.stack(
+                [step, tf.constant(trace_id, tf.int64)] + dims + pad + [wait]
             )
-        )
-
-    @tf.autograph.experimental.do_not_convert
-    def record_guarded(self, data: Any) -> None:
-        """`record()`, but a failure is logged and the step runs unprobed."""
-        try:
-            self.record(data)
-        except Exception:  # noqa: BLE001 - never break the user's step
-            logger.exception("keras_xla: shape probe failed; unprobed.")
+            slot = tf.math.floormod(step, self.slots)
+            # assign(tensor_scatter_nd_update) rather than scatter_nd_update:
+            # sync-on-read (per-replica) variables only implement assign.
+            self._rows.assign(
+                tf.tensor_scatter_nd_update(
+                    self._rows,
+                    tf.reshape(slot, [1, 1]),
+                    tf.reshape(row, [1, ROW_WIDTH]),
+                )
+            )
 
     def add_trace(
         self, start: float, seconds: float, ops: frozenset[str] = frozenset()
@@ -268,11 +254,13 @@ def with_probe(get_probe, body):
         probe = get_probe()
         start = time.perf_counter()
         if probe is not None:
-            probe.record_guarded(data)
+            try:
+                probe.record(data)
+            except Exception:  # noqa: BLE001 - never break the user's step
+                logger.exception("keras_xla: shape probe failed; unprobed.")
         outputs = body(data)
         if probe is not None:
-            seconds = time.perf_counter() - start
-            probe.add_trace(start, seconds, _step_ops())
+            probe.add_trace(start, time.perf_counter() - start, _step_ops())
         return outputs
 
     return probed
@@ -299,13 +287,9 @@ def _step_ops() -> frozenset[str]:
 
 
 def install_probe(model: Any, function: str, holder: dict) -> None:
-    """Wraps `model.<function>_step` so that it calls the probe.
-
-    The wrapper looks the probe up in `holder[function]` when the step is
-    traced, so a rebuilt function records into a fresh probe. Installing
-    twice keeps one wrapper. A failure inside the probe is logged and the
-    step runs unprobed: diagnostics never stop training.
-    """
+    """Wraps `model.<function>_step` so that it calls the probe, looked up
+    in `holder[function]` when the step is traced (a rebuilt function
+    records into a fresh probe); installing twice keeps one wrapper."""
     attr = f"{function}_step"
     current = getattr(model, attr)
     if getattr(current, "_keras_xla_probe", False):
