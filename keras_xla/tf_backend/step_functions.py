@@ -31,6 +31,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import tensorflow as tf
+
 from keras_xla.core.signatures import SignatureTracker
 from keras_xla.tf_backend import input_wait
 from keras_xla.tf_backend.probe import RING_CALLS, ShapeProbe, install_probe
@@ -40,13 +42,8 @@ Wrap = Callable[[str, Any], Any]
 
 
 class Config(NamedTuple):
-    """What a step function is built for.
-
-    Attributes:
-        xla: Whether Keras compiles the step with XLA (`jit_compile`).
-        steps_per_call: `steps_per_execution`.
-        policy: The model's dtype policy name.
-    """
+    """What a step function is built for: XLA on or off (`jit_compile`),
+    `steps_per_execution` and the model's dtype policy name."""
 
     xla: bool
     steps_per_call: int
@@ -100,11 +97,9 @@ class StepFunctions:
 
     Attributes:
         share: Whether variants that differ only in XLA share one traced
-            step: None (the default) where the fit says it will build
-            more than one of them (`prepare(share=True)`: a trial, the
-            baseline window), since tracing inside the nested function
-            makes the first one's first call longer; True or False to
-            measure what sharing saves.
+            step (see the module docstring): None (the default) where the
+            fit says it builds both (`prepare(share=True)`); True or False
+            to measure what sharing saves.
     """
 
     ATTR = "_keras_xla_step_functions"
@@ -134,12 +129,12 @@ class StepFunctions:
         config: Config,
         wrap: Wrap | None,
         share: bool = False,
-    ) -> bool:
+    ) -> None:
         """Makes `model.<function>_function` the probed function of
         `config`, wrapped by `wrap(function, fn)` if given; builds it
         unless that configuration's function exists (`share`: this fit
         builds its XLA twin too, so a new one calls a shared traced
-        step). Returns True if it was built."""
+        step)."""
         attr = f"{function}_function"
         active = self._active.get(function)
         current = getattr(model, attr, None)
@@ -153,15 +148,13 @@ class StepFunctions:
             }
         variants = self._variants.setdefault(function, {})
         variant = variants.get(config)
-        built = variant is None
-        if built:
+        if variant is None:
             variant = self._build(model, function, config, share)
             variants[config] = variant
         variant.installed = wrap(function, variant.fn) if wrap else variant.fn
         setattr(model, attr, variant.installed)
         self.holder[function] = variant.probe
         self._active[function] = variant
-        return built
 
     def _build(
         self, model: Any, function: str, config: Config, share: bool
@@ -183,8 +176,15 @@ class StepFunctions:
                 stamps=stamps,
             )
             share = share if self.share is None else self.share
-            shared = share and not native and not model.run_eagerly
-            step = _traced_step(model, function) if shared else None
+            step = None
+            if share and not native and not model.run_eagerly:
+                # Like Keras's own, the traced step relaxes shapes that
+                # change and is not converted with AutoGraph.
+                step = tf.function(
+                    getattr(model, f"{function}_step"),
+                    reduce_retracing=True,
+                    autograph=False,
+                )
             family = self._families[key] = _Family(probe, step, stamps)
         self.holder[function] = family.probe
         make = getattr(model, f"make_{function}_function")
@@ -243,18 +243,4 @@ def _stamped(model: Any, function: str, config: Config) -> bool:
         and config.steps_per_call == 1
         and not model.run_eagerly
         and model.distribute_strategy.num_replicas_in_sync == 1
-    )
-
-
-def _traced_step(model: Any, function: str) -> Any:
-    """`model.<function>_step` (the probed one) as a `tf.function` that
-    Keras's step functions call. Like Keras's own, it relaxes shapes that
-    change (`reduce_retracing`) and does not convert the step with
-    AutoGraph."""
-    import tensorflow as tf
-
-    return tf.function(
-        getattr(model, f"{function}_step"),
-        reduce_retracing=True,
-        autograph=False,
     )
