@@ -197,31 +197,23 @@ class XLAModel(keras.Model):
     def train_step(self, data):
         x, _, _ = data_adapter_utils.unpack_x_y_sample_weight(data)
         check_divisible(x, self.accumulation_steps)
-        if self._single_replica():
-            # One device: compile the whole step, optimizer included, as
-            # Keras does; nothing needs to cross devices.
-            return self._step_fn("train", self._train_and_update)(data)
-        loss, y_pred, grads = self._step_fn("train", self._forward_backward)(
-            data
-        )
-        return self._reducible(self._update(data, loss, y_pred, grads))
+        return self._step("train", self._forward_backward, data)
 
     def test_step(self, data):
-        if self._single_replica():
-            return self._step_fn("test", self._test_and_update)(data)
-        loss, y_pred = self._step_fn("test", self._forward)(data)
-        return self._reducible(self._update(data, loss, y_pred))
+        return self._step("test", self._forward, data)
 
-    def _single_replica(self) -> bool:
-        return self.distribute_strategy.num_replicas_in_sync == 1
+    def _step(self, function: str, forward, data):
+        """`forward`'s results (the loss, predictions and, for a train
+        step, gradients) taken through `_update`."""
+        if self.distribute_strategy.num_replicas_in_sync == 1:
+            # One device: compile the whole step, optimizer included, as
+            # Keras does; nothing needs to cross devices.
+            def whole(data):
+                return self._update(data, *forward(data))
 
-    def _train_and_update(self, data):
-        loss, y_pred, grads = self._forward_backward(data)
-        return self._update(data, loss, y_pred, grads)
-
-    def _test_and_update(self, data):
-        loss, y_pred = self._forward(data)
-        return self._update(data, loss, y_pred)
+            return self._step_fn(function, whole)(data)
+        results = self._step_fn(function, forward)(data)
+        return self._reducible(self._update(data, *results))
 
     def _update(self, data, loss, y_pred, grads=None):
         """Loss tracker, optimizer and metrics: the part of a step that
@@ -266,7 +258,10 @@ class XLAModel(keras.Model):
 
     def _forward(self, data, training: bool = False):
         x, y, sample_weight = data_adapter_utils.unpack_x_y_sample_weight(data)
-        y_pred = self._call(x, training=training)
+        if self._call_has_training_arg:
+            y_pred = self(x, training=training)
+        else:
+            y_pred = self(x)
         loss = self._compute_loss(
             x=x,
             y=y,
@@ -292,11 +287,6 @@ class XLAModel(keras.Model):
         weights = self.trainable_weights
         grads = tape.gradient(scaled, weights) if weights else []
         return loss, y_pred, grads
-
-    def _call(self, x, training):
-        if self._call_has_training_arg:
-            return self(x, training=training)
-        return self(x)
 
 
 _FUNCTIONAL_VARIANTS: dict[type, type] = {}
