@@ -160,15 +160,14 @@ def release_environment(environ=None) -> bool:
     read it, so subprocesses inherit the user's value; a value the user
     changed since is left alone. Returns whether it was given back."""
     environ = os.environ if environ is None else environ
-    status = _STATUS
-    if status.set_flags is None or not tensorflow_started():
+    if _STATUS.set_flags is None or not tensorflow_started():
         return False
-    if environ.get("TF_XLA_FLAGS") == status.set_flags:
-        if status.user_flags is None:
+    if environ.get("TF_XLA_FLAGS") == _STATUS.set_flags:
+        if _STATUS.user_flags is None:
             del environ["TF_XLA_FLAGS"]
         else:
-            environ["TF_XLA_FLAGS"] = status.user_flags
-    status.set_flags = None
+            environ["TF_XLA_FLAGS"] = _STATUS.user_flags
+    _STATUS.set_flags = None
     return True
 
 
@@ -225,7 +224,12 @@ def stamp(now: float | None = None) -> None:
     for path in present.difference(_SEEN):
         _SEEN[path] = (now, size(path))
         _WRITTEN += 1
-    _prune(BUDGET_BYTES, MAX_ENTRIES)
+    total = sum(s for _, s in _SEEN.values())
+    for path, (_, nbytes) in sorted(_SEEN.items(), key=lambda kv: kv[1]):
+        if total <= BUDGET_BYTES and len(_SEEN) <= MAX_ENTRIES:
+            break
+        remove(path)
+        total -= nbytes
     _LISTED = len(_listing(directory))
 
 
@@ -237,16 +241,6 @@ def written() -> int | None:
         return None
     stamp()
     return _WRITTEN
-
-
-def _prune(budget: int, most: int) -> None:
-    total = sum(s for _, s in _SEEN.values())
-    for path, (_, nbytes) in sorted(_SEEN.items(), key=lambda kv: kv[1]):
-        if total <= budget and len(_SEEN) <= most:
-            return
-        remove(path)
-        _SEEN.pop(path, None)
-        total -= nbytes
 
 
 def _listing(directory: str) -> list[str]:
