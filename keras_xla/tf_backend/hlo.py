@@ -4,10 +4,7 @@
 tensors; `analyze()`, a pure function of protos, turns it into `HloStats`.
 
 - *Compute op*: an instruction whose opcode is in neither `NO_OP_OPCODES`
-  (parameter, constant, tuple, get-tuple-element, bitcast, after-all,
-  add-dependency, opt-barrier, domain, partition-id, replica-id,
-  async-update, async-done) nor `CONTROL_FLOW_OPCODES` (while, conditional,
-  call, async-start, whose computations are walked instead).
+  nor `CONTROL_FLOW_OPCODES` (whose computations are walked instead).
 - *Kernel*: a compute op reached from the entry computation, directly or
   through control flow, outside any fusion: one launch of work. Kernels
   made only of the tuner's shape probe ops (name scope `PROBE_SCOPE`)
@@ -190,15 +187,13 @@ def compiler_ir(
     return parse_hlo_module(module) if stage in SERIALIZED_STAGES else module
 
 
-def analyze_function(
-    fn: Callable[..., Any], *args: Any, top_unfused: int = 5
-) -> HloStats:
+def analyze_function(fn: Callable[..., Any], *args: Any) -> HloStats:
     """`analyze()` of `fn`'s optimized and unoptimized HLO for `args`,
     from one trace of `fn`."""
     get_ir = _compiler_ir_getter(fn, args)
     optimized = parse_hlo_module(get_ir(stage="optimized_hlo_serialized"))
     unoptimized = parse_hlo_module(get_ir(stage="hlo_serialized"))
-    return analyze(optimized, unoptimized, top_unfused=top_unfused)
+    return analyze(optimized, unoptimized)
 
 
 def write_hlo_text(path: str, text: str) -> str:

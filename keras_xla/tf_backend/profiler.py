@@ -131,8 +131,7 @@ class ProfileRun:
         self.log_dir = log_dir
         self.start, self.stop = steps
         self.report, self.book = report, book
-        self.running = False
-        self.done = False
+        self.running = self.done = False
         self.calls = 0  # train calls seen so far
         # Unix times of the window, to match the tuner's compilations.
         self.started_at = self.ended_at = 0.0
