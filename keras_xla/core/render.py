@@ -34,8 +34,6 @@ if TYPE_CHECKING:  # render reads a report; it never builds one
         XLAReport,
     )
 
-# The epoch table: each epoch's figures (`core.figures.columns`).
-EPOCH_HEADER = ("epoch", "steps")
 RECOMPILATION_HEADER = tuple(
     "function|epoch|step|input|dim|before -> after|cause|seconds".split("|")
 )
@@ -135,13 +133,14 @@ def epoch_row(e: EpochStats, shown: Sequence) -> tuple[str, ...]:
 
 
 def epoch_table(report: XLAReport, totals: bool = False) -> list[str]:
-    """One row per epoch; with `totals`, a last row of run totals (the
-    figures that add up over epochs)."""
-    shown = figures.columns(report.epochs)
-    header = (*EPOCH_HEADER, *(f.column for f in shown))
-    rows = [header, *(epoch_row(e, shown) for e in report.epochs)]
+    """One row per epoch of its figures (`core.figures.columns`); with
+    `totals`, a last row of run totals (the figures that add up over
+    epochs)."""
+    epochs = report.epochs
+    shown = figures.columns(epochs)
+    header = ("epoch", "steps", *(f.column for f in shown))
+    rows = [header, *(epoch_row(e, shown) for e in epochs)]
     if totals:
-        epochs = report.epochs
         sums = (
             figures.cell(f, f.over(epochs)) if f.across == "sum" else ""
             for f in shown
@@ -477,9 +476,7 @@ def decision_markdown(decision: Decision | None) -> str:
 
 
 def full_report(report: XLAReport, path: str) -> str:
-    """One report as `keras-xla report` prints it: jit, environment,
-    epochs with totals, recompilations, the guard's storm, trial,
-    findings."""
+    """One report as `keras-xla report` prints it."""
     lines = [f"Report: {path}", *verdict_lines(report.verdict)]
     if report.jit is not None:
         jit = report.jit
@@ -497,7 +494,7 @@ def full_report(report: XLAReport, path: str) -> str:
     rows = [RECOMPILATION_HEADER]
     for r in report.recompilations:
         where = map(str, (r.function, r.epoch, r.step, r.input))
-        dims, causes = recompilation_dims(r), recompilation_causes(r)
+        dims, causes = recompilation_cells(r)
         change = f"{r.before} -> {r.after}"
         rows.append((*where, dims, change, causes, number(r.compile_seconds)))
     lines += format_table(rows) if report.recompilations else []
@@ -519,30 +516,25 @@ def full_report(report: XLAReport, path: str) -> str:
     return "\n".join(lines)
 
 
-def recompilation_dims(r) -> str:
-    """The dimensions of the recompilation's input that changed with its
-    cause, as its message names them (`1, 2`); `None` for a change of no
-    dimension."""
+def recompilation_cells(r) -> tuple[str, str]:
+    """The recompilation's dimensions that changed with its cause (`1, 2`;
+    its `dim` where fewer than two did) and its causes (its own, then
+    every other of the same step: `partial_batch + dynamic_dim`), as its
+    message names them."""
+    changes = [c for c in r.changes or () if isinstance(c, dict)]
     dims = [
-        c.get("dim")
-        for c in r.changes or ()
-        if isinstance(c, dict)
-        and c.get("input") == r.input
+        c["dim"]
+        for c in changes
+        if c.get("input") == r.input
         and c.get("cause") == r.cause
         and c.get("dim") is not None
     ]
-    return ", ".join(map(str, dims)) if len(dims) > 1 else str(r.dim)
-
-
-def recompilation_causes(r) -> str:
-    """The recompilation's cause, then every other cause of the same step
-    (`partial_batch + dynamic_dim`), as its message names them."""
     causes = [r.cause]
-    for c in r.changes or ():
-        cause = c.get("cause") if isinstance(c, dict) else None
+    for cause in (c.get("cause") for c in changes):
         if isinstance(cause, str) and cause not in causes:
             causes.append(cause)
-    return " + ".join(map(str, causes))
+    dims_text = ", ".join(map(str, dims)) if len(dims) > 1 else str(r.dim)
+    return dims_text, " + ".join(map(str, causes))
 
 
 def hlo_lines(hlo) -> list[str]:
