@@ -6,14 +6,9 @@ script as `python script.py args` would: as `__main__`, with its own
 directory it was started in, and its exit code. Before it runs, keras_xla
 is imported (its compile ledger and flag checks are in force) and a hook
 waits for Keras: once Keras's `Model` class is loaded, its `fit` adds an
-`XLATuner` to every fit that has none (the tuner's arguments from the
-command's flags, its log dir `<log_dir>/<name>/fit-<n>`), and with
-`steps` a callback that ends the fit cleanly after that many train
-steps. Keras is never imported before the script does it, so the
-backend the script picks (`KERAS_BACKEND`) is the one it gets.
-
-After the script, `ScriptFit`s say what each fit's tuner found; the command
-prints their verdicts after the script's own output.
+`XLATuner` to every fit that has none (`FitHook`). Keras is never
+imported before the script does it, so the backend the script picks
+(`KERAS_BACKEND`) is the one it gets.
 """
 
 from __future__ import annotations
@@ -49,16 +44,11 @@ class ScriptFit:
     # The fit's wall time, from its call to its return (None: it raised).
     seconds: float | None = None
 
-    @property
-    def report(self) -> Any:
-        return self.tuner.report
-
     def figures(self) -> dict:
-        """What a comparison reads of the fit: steps, compilations,
-        compile seconds, its steady step (the median of its epochs'
-        medians, the first epoch's left out where there are others) with
-        the range of those medians, its wall time, its verdict."""
-        report = self.report
+        """What a comparison reads of the fit; its steady step is the
+        median of its epochs' medians (the first epoch's left out where
+        there are others), with the range of those medians."""
+        report = self.tuner.report
         epochs = [e for e in report.epochs if e.steps]
         medians = [
             e.step_time_ms.get("median")
@@ -188,18 +178,15 @@ class FitHook:
         from keras_xla.tuner import XLATuner
 
         name = f"fit-{len(self.fits) + 1}"
-        mine = [c for c in callbacks if isinstance(c, XLATuner)]
-        if mine:
-            tuner = mine[0]
-            log_dir = tuner.settings.log_dir
-            self.fits.append(ScriptFit(name, log_dir, tuner, added=False))
-        else:
+        tuner = next((c for c in callbacks if isinstance(c, XLATuner)), None)
+        added = tuner is None
+        if added:
             log_dir = None
             if self.log_dir:
                 log_dir = os.path.join(self.log_dir, self.name, name)
             tuner = XLATuner(**{**self.arguments, "log_dir": log_dir})
-            self.fits.append(ScriptFit(name, log_dir, tuner, added=True))
             callbacks = [*callbacks, tuner]
+        self.fits.append(ScriptFit(name, tuner.log_dir, tuner, added))
         if self.steps is not None:
             callbacks = [*callbacks, stop_after_steps(self.steps)]
         return callbacks
@@ -236,8 +223,7 @@ def execute(
     prints it, from the script's first frame."""
     argv, path = sys.argv[:], sys.path[:]
     sys.argv = [target, *args]
-    # As Python does: the script's folder first, or for `-m` the
-    # working directory.
+    # As Python does: the script's folder first (`-m`: the working dir).
     first = os.getcwd() if module else os.path.dirname(os.path.abspath(target))
     sys.path.insert(0, first)
     hook.install()
@@ -264,7 +250,7 @@ def describe(fit: ScriptFit) -> str:
     verdict."""
     where = f" ({fit.log_dir})" if fit.log_dir else ""
     own = "" if fit.added else ", the script's own tuner"
-    report = fit.report
+    report = fit.tuner.report
     verdict = report.verdict.headline if report.verdict else None
     if not report.epochs:
         verdict = "it trained no epoch the tuner saw"
