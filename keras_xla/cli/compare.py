@@ -3,23 +3,16 @@ script fastest here.
 
 `--compare backend=tensorflow,jax jit=on,off` runs the script once per
 configuration (every combination of the axes' values), each in its own
-`keras-xla run` process (`KERAS_BACKEND` set before Keras is imported,
-`--jit-compile` for the tuner, `--no-baseline` unless given: the no-XLA
-configurations are runs of their own), plus the script's own default
-(no override) to measure against. A round runs every configuration once,
-alternate rounds in reverse order so that none always goes first (the
-first process of a comparison starts cold); `--rounds` rounds (2 by
-default: each configuration once early, once late), and another, up to
-`MAX_ROUNDS`, while the fastest two configurations' times are within
-`CLEAR_MARGIN` of each other (one round) or their rounds' ranges
-overlap. Each configuration's figures are the medians of
-its rounds. The table (`rows`), the answer (`answer`) and the JSON
-(`xla_compare.json` in the log dir, `--json`) say which configuration
-trained the script's steps fastest, by how much against its default,
-and why (each step's time, compiling, what held the slower one back);
-each XLA row's verdict is the tuner's, against the same backend's
-no-XLA row of the table where there is one (`against_no_xla`).
-A configuration that cannot run (a backend not installed, a
+`keras-xla run` process (`KERAS_BACKEND` set before Keras is imported),
+plus the script's own default (no override) to measure against. A round
+runs every configuration once, alternate rounds in reverse order so that
+none always goes first (the first process of a comparison starts cold);
+`--rounds` rounds (2 by default: each configuration once early, once
+late), and more, up to `MAX_ROUNDS`, while the fastest is not clearly
+ahead (`settled`). The table, the answer and the JSON (`xla_compare.json`
+in the log dir, `--json`) say which configuration trained the script's
+steps fastest, by how much against its default, and why. A
+configuration that cannot run (a backend not installed, a
 TensorFlow-only train step on JAX) is a row that says why.
 """
 
@@ -35,7 +28,8 @@ import sys
 import tempfile
 from typing import Any
 
-from keras_xla.cli.run import tell
+from keras_xla.cli.run import USAGE_ERROR, tell
+from keras_xla.cli.tuner_flags import flag
 from keras_xla.core import verdict as verdicts
 from keras_xla.core.report import XLAReport
 
@@ -51,7 +45,6 @@ LAST_LINES = 2
 # One round is enough when the fastest beats the next by this share.
 CLEAR_MARGIN = 0.10
 MAX_ROUNDS = 3
-USAGE_ERROR = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,11 +70,8 @@ class Configuration:
     def slug(self) -> str:
         if self.default:
             return "default"
-        return "-".join(
-            f"{k}-{v}"
-            for k, v in (("backend", self.backend), ("jit", self.jit))
-            if v
-        )
+        fields = dataclasses.asdict(self).items()
+        return "-".join(f"{k}-{v}" for k, v in fields if v)
 
 
 def parse_axes(items: list[str]) -> dict[str, tuple[str, ...]]:
@@ -108,12 +98,9 @@ def parse_axes(items: list[str]) -> dict[str, tuple[str, ...]]:
 
 def configurations(axes: dict[str, tuple[str, ...]]) -> list[Configuration]:
     """The script's default, then every combination of the axes."""
-    names = list(axes)
-    combos = [
-        Configuration(**dict(zip(names, values)))
-        for values in itertools.product(*(axes[n] for n in names))
-    ]
-    return [Configuration()] + [c for c in combos if not c.default]
+    combos = itertools.product(*axes.values())
+    configs = [Configuration(**dict(zip(axes, c))) for c in combos]
+    return [Configuration()] + [c for c in configs if not c.default]
 
 
 def command(
@@ -137,20 +124,16 @@ def command(
     return out + list(script_args)
 
 
-def environment(config: Configuration) -> dict:
-    """The configuration's environment: the user's, with its backend."""
+def run_once(config: Configuration, argv: list[str]) -> dict:
+    """Runs one configuration (the user's environment, with its backend);
+    its result (`cli.script.result_dict`), its exit code, and the last
+    lines the script printed on stderr (the command's own lines left out:
+    they are verdicts, not failures)."""
     from keras_xla import backends
 
     env = backends.user_environment()
     if config.backend is not None:
         env["KERAS_BACKEND"] = config.backend
-    return env
-
-
-def run_once(config: Configuration, argv: list[str], env: dict) -> dict:
-    """Runs one configuration; its result (`cli.script.result_dict`), its
-    exit code, and the last lines the script printed on stderr (the
-    command's own lines left out: they are verdicts, not failures)."""
     with tempfile.TemporaryDirectory(prefix="keras_xla_compare_") as tmp:
         path = os.path.join(tmp, "result.json")
         argv = [path if a == "{result}" else a for a in argv]
@@ -205,10 +188,11 @@ def row(
 ) -> dict:
     """A configuration's row from its rounds' results. Every round whose
     fits completed counts, whatever the script's exit code: fit seconds
-    and step time are medians over them, the step's range spans theirs
-    (the rest is the last one's). Where no round completed a fit, the
-    row says why (`failure`). `default`: the configuration is the one
-    the script's default ran as."""
+    and step time are medians over them, the step's range spans all of
+    theirs, so that it holds that median (the rest is the last one's).
+    Where no round completed a fit, the row says why (`failure`).
+    `default`: the configuration is the one the script's default ran
+    as."""
     trained = [r for r in results if completed(r["fits"])]
     out: dict[str, Any] = {
         "configuration": config.label,
@@ -224,20 +208,18 @@ def row(
         out["why"] = failure(results[-1])
         return out
     summaries = [_summary(completed(r["fits"])) for r in trained]
-    seconds = [s["seconds"] for s in summaries if s["seconds"] is not None]
+    seconds = [s["seconds"] for s in summaries]
     out.update(summaries[-1])
     steps_ms = [s["step_ms"] for s in summaries if s["step_ms"] is not None]
     out["step_ms"] = statistics.median(steps_ms) if steps_ms else None
-    # The range over every round's (the median is of the rounds' medians,
-    # each inside its own round's range).
     ranges = [s["step_ms_range"] for s in summaries if s["step_ms_range"]]
     out["step_ms_range"] = (
         [min(r[0] for r in ranges), max(r[1] for r in ranges)]
         if ranges
         else None
     )
-    out["seconds"] = statistics.median(seconds) if seconds else None
-    out["seconds_range"] = [min(seconds), max(seconds)] if seconds else None
+    out["seconds"] = statistics.median(seconds)
+    out["seconds_range"] = [min(seconds), max(seconds)]
     return out
 
 
@@ -303,8 +285,7 @@ def against_no_xla(rows: list[dict]) -> None:
 
 def ranked(rows: list[dict]) -> list[dict]:
     """The rows that trained, fastest first."""
-    timed = [r for r in rows if r["ok"] and r.get("seconds") is not None]
-    return sorted(timed, key=lambda r: r["seconds"])
+    return sorted((r for r in rows if r["ok"]), key=lambda r: r["seconds"])
 
 
 def separated(fast: dict, slow: dict) -> bool:
@@ -357,7 +338,7 @@ def answer(rows: list[dict]) -> str:
             f"Fastest here for {steps} steps, indistinguishable from each "
             f"other: {_listed(leaders)}"
         )
-    if default is None or not default["ok"] or default.get("seconds") is None:
+    if default is None or not default["ok"]:
         return head + " (the script's default did not train: see its row)."
     ratio = default["seconds"] / best["seconds"]
     who = "," if len(leaders) == 1 else f"; {_name(best)} is"
@@ -444,11 +425,10 @@ def table(rows: list[dict]) -> list[str]:
         if r.get("step_ms") is not None:
             low, high = r["step_ms_range"]
             step = f"{r['step_ms']:.2f} ({low:.2f}-{high:.2f})"
-        seconds = "-" if r["seconds"] is None else f"{r['seconds']:.2f}"
         lines.append(
             f"{start} {r['fits']:>4} {r['steps']:>6} "
             f"{r['compilations']:>8} {r['compile_seconds']:>9.2f} "
-            f"{step:>20} {seconds:>8}  {r['headline'] or ''}"
+            f"{step:>20} {r['seconds']:>8.2f}  {r['headline'] or ''}"
         )
     return lines
 
@@ -482,8 +462,6 @@ def twin(configs: list[Configuration], result: dict) -> Configuration | None:
 
 def passed_options(given: dict, steps: int | None) -> list[str]:
     """The tuner's flags (and `--steps`) as each run gets them."""
-    from keras_xla.cli.tuner_flags import flag
-
     out = []
     for name, value in given.items():
         if name == "jit_compile":
@@ -527,7 +505,7 @@ def main(args, given: dict, target: str, script_args: list) -> int:
             argv = command(
                 config, jit, passed, target, module, script_args, args.log_dir
             )
-            result = run_once(config, argv, environment(config))
+            result = run_once(config, argv)
             tell(f"round {round_ + 1}: {config.label} done")
             same = twin(configs, result) if config.default else None
             if same is None:
