@@ -9,7 +9,7 @@ provider then lists it under this plugin, wherever it reads the log dir.
 from __future__ import annotations
 
 # The names are the writer's (`core.summaries`); the tab reads them.
-from keras_xla.core.summaries import (
+from keras_xla.core.summaries import (  # noqa: F401
     COMPARE_TAG,
     JOB_TAG,
     PLUGIN_NAME,
@@ -19,12 +19,3 @@ from keras_xla.core.summaries import (
 )
 
 TAB_NAME = "XLA"
-__all__ = [
-    "PLUGIN_NAME",
-    "REPORT_TAG",
-    "JOB_TAG",
-    "COMPARE_TAG",
-    "STEP_TIME_TAG",
-    "TAB_NAME",
-    "summary_metadata",
-]

@@ -47,7 +47,7 @@ class XLAPlugin(base_plugin.TBPlugin):
 
     def get_plugin_apps(self) -> dict:
         return {
-            "/index.js": self._serve_index,
+            "/index.js": self._serve_static,
             "/static/*": self._serve_static,
             "/runs": self._serve_runs,
             "/report": self._serve_report,
@@ -65,19 +65,11 @@ class XLAPlugin(base_plugin.TBPlugin):
             es_module_path="/index.js", tab_name=metadata.TAB_NAME
         )
 
-    # Static files.
-
-    @wrappers.Request.application
-    def _serve_index(self, request):
-        return self._static(request, "index.js")
-
     @wrappers.Request.application
     def _serve_static(self, request):
-        prefix = f"/data/plugin/{self.plugin_name}/static/"
-        path = request.path
-        return self._static(request, path[path.index(prefix) + len(prefix) :])
-
-    def _static(self, request, name: str):
+        """`index.js`, or `static/<name>`."""
+        prefix = f"/data/plugin/{self.plugin_name}/"
+        name = request.path.partition(prefix)[2].removeprefix("static/")
         path = static_path(name)
         if path is None:
             return http_util.Respond(
@@ -87,8 +79,6 @@ class XLAPlugin(base_plugin.TBPlugin):
             body = f.read()
         content_type = STATIC_TYPES[os.path.splitext(name)[1]]
         return http_util.Respond(request, body, content_type)
-
-    # Data.
 
     def _latest(self, request, tag: str, runs=None) -> dict[str, str]:
         """`{run: text}`: the latest (by wall time) string tensor `tag`

@@ -20,10 +20,9 @@ from keras_xla.core.report import XLAReport
 from keras_xla.core.signatures import FINDING_CODES
 from keras_xla.core.summaries import COMPARISON_RUN
 
-FIRST_COMPILE = "first compile"
-# What the tab shows of a marker's recompilation, of the HLO section, the
-# compile cache section and the trial's candidates, and of a comparison's
-# rows.
+# What the tab shows of a marker's recompilation, the HLO and compile
+# cache sections, the trial's candidates and decision, a run's verdict,
+# the guard, and a comparison's rows.
 RECOMPILATION_KEYS = "input dim before after".split()
 HLO_KEYS = (
     "kernels_per_step fusions fusion_ratio flops_per_step achieved_tflops"
@@ -31,6 +30,7 @@ HLO_KEYS = (
 )
 CACHE_KEYS = "active hits misses seconds_saved".split()
 CANDIDATE_KEYS = "name median_step_ms compile_seconds".split()
+VERDICT_KEYS = "xla_enabled paid_back speedup".split()
 DECISION_KEYS = (
     "status winner speedup_vs_default speedup_low speedup_high".split()
 )
@@ -53,6 +53,8 @@ ADD_THE_TUNER = {
     "model.fit(ds, epochs=EPOCHS, callbacks=[tuner])",
     "then": "tensorboard --logdir LOG_DIR",
 }
+# Where a worker of a job keeps its run (`core.workers.worker_dir`).
+WORKERS_MARKER = "workers/"
 
 
 def parse_report(text: str) -> XLAReport | None:
@@ -81,10 +83,7 @@ def run_entry(run: str, report: XLAReport) -> dict:
     return json_safe(
         {
             "run": run,
-            **{
-                k: getattr(verdict, k, None)
-                for k in ("xla_enabled", "paid_back", "speedup")
-            },
+            **{k: getattr(verdict, k, None) for k in VERDICT_KEYS},
             "headline": verdict.headline if verdict else "",
             "epochs": len(report.epochs),
             "compilations": report.total_compilations,
@@ -121,7 +120,7 @@ def markers(report: XLAReport) -> list[dict]:
         start, steps = offsets.get(c.epoch, (0, 0))
         train = c.function == "train"
         rec = explained.get((c.function, c.epoch, c.step))
-        label = FIRST_COMPILE
+        label = "first compile"
         if rec is not None:
             label = FINDING_CODES.get(rec.cause, rec.cause)
         elif padded_from and [c.epoch, c.step] >= padded_from and train:
@@ -211,10 +210,7 @@ def xla_figures(report: XLAReport) -> dict:
     data = report.to_dict()
     jit = data["jit"] or {}
     clustering = data["clustering"] or {}
-    share = report.clustering.share if report.clustering else None
-    hlo, cache, decision = (
-        data[k] for k in ("hlo", "compile_cache", "decision")
-    )
+    decision = data["decision"]
     return {
         "mode": clustering.get("mode")
         or ("jit_compile" if jit.get("enabled") else "off"),
@@ -222,9 +218,9 @@ def xla_figures(report: XLAReport) -> dict:
         "enabled": jit.get("enabled"),
         "reason": jit.get("reason", ""),
         "clusters": clustering.get("clusters") or {},
-        "cluster_share": share,
-        "hlo": _picked(hlo, HLO_KEYS),
-        "cache": _picked(cache, CACHE_KEYS),
+        "cluster_share": report.clustering.share if report.clustering else None,
+        "hlo": _picked(data["hlo"], HLO_KEYS),
+        "cache": _picked(data["compile_cache"], CACHE_KEYS),
         "decision": None
         if not decision
         else {
@@ -241,10 +237,6 @@ def xla_figures(report: XLAReport) -> dict:
 def _picked(data: dict | None, keys: list[str]) -> dict | None:
     """`keys` of `data` (None for a missing one), or None without data."""
     return {k: data.get(k) for k in keys} if data else None
-
-
-# Where a worker of a job keeps its run (`core.workers.worker_dir`).
-WORKERS_MARKER = "workers/"
 
 
 def epoch_table(report: XLAReport) -> dict:
@@ -293,9 +285,8 @@ def comparison_view(runs: list[tuple[str, XLAReport]]) -> dict:
     """Two runs side by side (`keras_xla.core.compare.compare`): each
     row's values, B / A and the better run, the conclusion, and each
     run's XLA mode and verdict headline."""
-    (a, first), (b, second) = runs
-    reports = first, second
-    result = compare.compare(*reports, labels=(a, b))
+    labels, reports = zip(*runs)
+    result = compare.compare(*reports, labels=labels)
     result["rows"] = [
         {"key": key, "digits": digits, **result["rows"][key]}
         for key, _, _, digits in compare.COMPARED
