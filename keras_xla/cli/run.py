@@ -5,10 +5,9 @@
 module's name) is the script's own. The tuner's arguments are flags of
 the same names (`--jit-compile auto`, `--mixed-precision
 mixed_bfloat16`, `--no-baseline`, ...), made from `XLATuner`'s signature
-and its docstring's help, so the two never drift apart; `--log-dir`
-(default `logs`) is where each fit's reports go, `--steps N` ends each
-fit after N train steps. `--compare AXIS=V1,V2 ...` runs the script once
-per configuration instead (`cli.compare`).
+and its docstring's help, so the two never drift apart. `--compare
+AXIS=V1,V2 ...` runs the script once per configuration instead
+(`cli.compare`).
 
 The script's output comes first; then one line per fit on stderr: its
 log dir and its verdict. Bad input gets one line naming it, exit 2.
@@ -137,8 +136,7 @@ def main(argv: Sequence[str]) -> int:
     """Runs `keras-xla run`; returns the exit status (the script's, or
     2 for a usage error)."""
     ours, theirs = split(argv)
-    parser = build_parser()
-    args = parser.parse_args(ours)
+    args = build_parser().parse_args(ours)
     given = tuner_flags.tuner_arguments(args)
     problem = tuner_flags.check_tuner_arguments(given)
     if problem:

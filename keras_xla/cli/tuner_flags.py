@@ -32,9 +32,7 @@ TUNER = os.path.join(
 @functools.cache
 def _tuner_source() -> tuple[ast.ClassDef, dict[str, str]]:
     """XLATuner's class as written in `tuner.py`, and the module each
-    name `tuner.py` imports comes from. Read, not imported: importing the
-    tuner imports Keras, which would pick its backend before the script
-    could pick its own."""
+    name `tuner.py` imports comes from."""
     with open(TUNER, encoding="utf-8") as f:
         tree = ast.parse(f.read(), TUNER)
     imported = {
@@ -117,11 +115,7 @@ def value(text: str) -> Any:
 
 def tuner_arguments(args: argparse.Namespace) -> dict:
     """The tuner arguments given as flags."""
-    return {
-        name: getattr(args, name)
-        for name in tuner_parameters()
-        if hasattr(args, name)
-    }
+    return {n: getattr(args, n) for n in tuner_parameters() if hasattr(args, n)}
 
 
 def check_tuner_arguments(given: dict) -> str | None:
