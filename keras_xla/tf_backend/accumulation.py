@@ -13,20 +13,13 @@ import tensorflow as tf
 
 
 def accumulate_gradients(loss_and_grads, data, k: int):
-    """Loss, predictions and gradients of a whole batch from `k` equal
-    micro-batches: the mean loss, the concatenated predictions and the mean
-    gradients.
+    """`(loss, y_pred, grads)` of the whole batch `data` (a structure of
+    tensors, `None` leaves allowed) from `k` equal micro-batches (`k`
+    divides the batch size), each given by `loss_and_grads(micro_batch)`:
+    the mean loss, the concatenated predictions and the mean gradients.
 
     Micro-batch 0 runs first (it gives the structure of `y_pred`), the
     other `k - 1` in a `tf.while_loop` over static-size slices.
-
-    Args:
-        loss_and_grads: `data -> (loss, y_pred, grads)` for one batch.
-        data: The batch, a structure of tensors (`None` leaves allowed).
-        k: Number of micro-batches; must divide the batch size.
-
-    Returns:
-        `(loss, y_pred, grads)` for the whole batch.
     """
     micro = map_present(lambda t: _split(t, k), data)
     loss, y_pred, grads = loss_and_grads(map_present(lambda t: t[0], micro))

@@ -83,9 +83,8 @@ class BatchFeeds:
         for feed in self._feeds:
             if feed.element_spec == element_spec:
                 return feed
-        feed = BatchFeed(element_spec)
-        self._feeds.append(feed)
-        return feed
+        self._feeds.append(BatchFeed(element_spec))
+        return self._feeds[-1]
 
     def close(self) -> None:
         """Drops the feeds while Python runs (a generator's iterator

@@ -89,10 +89,9 @@ def _fields(data: bytes) -> dict[int, list]:
             value, i = data[i : i + size], i + size
             if i > n:
                 raise ValueError("truncated protobuf message")
-        elif kind == 1:
-            value, i = data[i : i + 8], i + 8
-        elif kind == 5:
-            value, i = data[i : i + 4], i + 4
+        elif kind in (1, 5):  # Fixed 64 or 32 bits.
+            width = 8 if kind == 1 else 4
+            value, i = data[i : i + width], i + width
         else:
             raise ValueError(f"unsupported protobuf wire type {kind}")
         out.setdefault(number, []).append(value)

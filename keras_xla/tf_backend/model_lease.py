@@ -61,8 +61,6 @@ class ModelLease:
         model = self.model
         jit_during = bool(model.jit_compile)
         self.user.restore(model)
-        predict = getattr(model, "predict_function", None)
-        if predict is not self._predict and jit_during != bool(
-            model.jit_compile
-        ):
+        rebuilt = getattr(model, "predict_function", None) is not self._predict
+        if rebuilt and jit_during != bool(model.jit_compile):
             model.predict_function = self._predict
