@@ -35,9 +35,9 @@ def write_whole(path: str, data: bytes | str, mode: int = 0o666) -> str:
     """Writes `data` (a `str` as UTF-8) to `path`, whose directory must
     exist, whole or not at all (see the module docstring); returns `path`.
     The final path is never opened, so a link there is replaced, not
-    followed. `mode` is less the process's umask (`0o666`, as
-    `open(path, "w")` creates a file). Raises `OSError` when it cannot be
-    written: the temporary file is gone, an earlier `path` unchanged."""
+    followed. `mode`, less the umask, defaults to what `open(path, "w")`
+    creates. Raises `OSError` when it cannot be written: the temporary
+    file is gone, an earlier file at `path` unchanged."""
     if isinstance(data, str):
         data = data.encode("utf-8")
     directory, name = os.path.split(path)

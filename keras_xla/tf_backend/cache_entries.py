@@ -146,7 +146,7 @@ def copy_out(ledger: str, directory: str) -> tuple[list[str], str | None]:
     copied, target = [], os.path.abspath(directory)
     for path in sorted(compile_ledger.entries(ledger)):
         name = os.path.basename(path)
-        owner = _OWNER.get(name, _CURRENT)  # None: compiled before any.
+        owner = _OWNER.get(name, _CURRENT)  # None: before any cache.
         if name in have or name in _IMPORTED or owner not in (None, target):
             continue
         try:
