@@ -50,8 +50,7 @@ def detect_compilations(
             for r, sig in enumerate(step):
                 if tracker.observe(function, sig, r):
                     record.new.append((j, r))
-                    compiled = tracker.compiled(function, r)
-                    record.previous[j, r] = compiled[:-1]
+                    record.previous[j, r] = tracker.compiled(function, r)[:-1]
     return records
 
 
@@ -94,10 +93,8 @@ def detect_cluster_compilations(
         )
         if not record.entries or not ran:
             continue
-        sig = ran[-1]
-        before = [s for s in tracker.compiled(function) if s != sig]
-        for _ in record.entries:
-            record.new.append((len(ran) - 1, 0))
+        before = [s for s in tracker.compiled(function) if s != ran[-1]]
+        record.new += [(len(ran) - 1, 0)] * len(record.entries)
         first = function not in compiled or not before
         record.previous[len(ran) - 1, 0] = [] if first else before
         compiled.add(function)
@@ -171,8 +168,11 @@ class Accountant:
         stats = run_statistics(records, reference)
         if stats.steady_steps:
             self._medians[function] = stats.median_seconds
-        counts = {"compilations": 0, "compile_seconds": 0.0}
-        recompiles = 0
+        result = self._results.setdefault(
+            function,
+            {"compilations": 0, "compile_seconds": 0.0, "recompilations": 0},
+        )
+        spent = 0.0
         for r_index, record in enumerate(records):
             if not record.new:
                 continue
@@ -189,8 +189,8 @@ class Accountant:
             for k, (index, replica) in enumerate(record.new):
                 if len(measured) == len(record.new):
                     seconds = measured[k]  # each its own, as measured
-                counts["compilations"] += 1
-                counts["compile_seconds"] += seconds
+                result["compilations"] += 1
+                spent += seconds
                 sig = record.signatures[index][replica]
                 previous = record.previous.get((index, replica), ())
                 self.report.compile_log.append(
@@ -200,7 +200,7 @@ class Accountant:
                 )
                 if not previous:
                     continue  # the function's first compilation
-                recompiles += 1
+                result["recompilations"] += 1
                 if sig.tensors in explained or record.planned:
                     # The same shapes on another replica; or a bucket
                     # edge the guard chose, which its section explains.
@@ -214,15 +214,9 @@ class Accountant:
                 self._started[id(self.report.recompilations[-1])] = (
                     record.started_at
                 )
-        result = self._results.setdefault(
-            function,
-            {"compilations": 0, "compile_seconds": 0.0, "recompilations": 0},
-        )
-        result["compilations"] += counts["compilations"]
         result["compile_seconds"] = figures.rounded(
-            result["compile_seconds"] + counts["compile_seconds"]
+            result["compile_seconds"] + spent
         )
-        result["recompilations"] += recompiles
         result["stats"] = stats
         return result
 
@@ -256,9 +250,8 @@ class Accountant:
         self.report.epochs.append(epoch_stats)
         # Validation finishes before the epoch: restore time order.
         self.report.compile_log.sort(key=lambda c: c.started_at)
-        started = self._started
         self.report.recompilations.sort(
-            key=lambda r: started.get(id(r), float("-inf"))
+            key=lambda r: self._started.get(id(r), float("-inf"))
         )
         return epoch_stats
 

@@ -13,26 +13,11 @@ Pure logic: nothing here imports TensorFlow or Keras.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import warnings
 
 from keras_xla.core.report import Finding
-
-
-@dataclasses.dataclass(frozen=True)
-class Code:
-    """One finding code: its severity and the subject it is about."""
-
-    code: str
-    severity: str
-    about: str
-
-
-def _table(*rows: tuple[str, str, str]) -> dict[str, Code]:
-    return {code: Code(code, severity, about) for code, severity, about in rows}
-
 
 # Recompilation causes (see `core.signatures.CAUSES`).
 PARTIAL_LAST_BATCH = "partial-last-batch"
@@ -100,65 +85,66 @@ FOLDED_DIMENSIONS = "folded-dimensions"
 INDIVISIBLE_BATCH = "indivisible-batch"
 BACKEND_UNSUPPORTED = "backend-unsupported"
 
-CODES: dict[str, Code] = _table(
-    (PARTIAL_LAST_BATCH, "warning", "a short last batch recompiled"),
-    (BATCH_SIZE_CHANGE, "warning", "the batch size changed mid-run"),
-    (DYNAMIC_DIMENSION, "warning", "a non-batch dimension changed"),
-    (DTYPE_CHANGE, "warning", "an input's dtype changed"),
-    (RANK_CHANGE, "warning", "an input's rank changed"),
-    (NEW_INPUT, "warning", "an input appeared"),
-    (REMOVED_INPUT, "warning", "an input disappeared"),
-    (RETRACE, "warning", "the step was traced again"),
-    (JIT_DISABLED_BY_LAYER, "warning", "a layer keeps XLA off"),
-    (JIT_DISABLED_BY_DETERMINISM, "warning", "op determinism keeps XLA off"),
-    (JIT_DISABLED_RUN_EAGERLY, "warning", "run_eagerly keeps XLA off"),
-    (JIT_DISABLED_BY_STRATEGY, "warning", "a strategy keeps XLA off"),
-    (JIT_DISABLED_BY_BACKEND, "warning", "the Keras backend is not TF"),
-    (UNSUPPORTED_OP, "warning", "an op has no XLA kernel"),
-    (AUTO_CLUSTERING_INACTIVE, "warning", "auto-clustering asked, not on"),
-    (AUTO_CLUSTERING_UNCOUNTED, "warning", "clusters compile uncounted"),
-    (DISPATCH_BOUND_STEPS, "info", "launching a step costs as much as it"),
-    (TUNER_OVERHEAD, "info", "the tuner's own work is over 1% of a step"),
-    (INPUT_BOUND, "warning", "a large share of each step waits for data"),
-    (COMPILE_DOMINATES, "warning", "compiling costs more than it saves"),
-    (RECOMPILE_STORM, "warning", "a step kept compiling for new shapes"),
-    (BUCKET_REFUSED, "warning", "padding to buckets could change results"),
-    (TENSOR_CORE_ALIGNMENT, "info", "sizes keep tensor cores idle"),
-    (POLICY_SET_AFTER_BUILD, "warning", "the policy came after the build"),
-    (LOW_PRECISION_OUTPUT, "warning", "the output computes in low precision"),
-    (MISSING_LOSS_SCALE, "warning", "float16 without loss scaling"),
-    (FLOAT16_ON_CPU, "warning", "float16 on a CPU"),
-    (BF16_WITHOUT_HARDWARE_SUPPORT, "warning", "bfloat16 without hardware"),
-    (UNKNOWN_XLA_FLAG, "error", "a flag TensorFlow does not know"),
-    (XLA_FLAG_WRONG_VARIABLE, "error", "a flag in the other variable"),
-    (NEGATED_XLA_FLAG, "error", "a --no form that does not exist"),
-    (XLA_FLAG_MISSING_VALUE, "error", "a flag without its value"),
-    (INVALID_XLA_FLAG_VALUE, "error", "a flag value TF rejects"),
-    (IGNORED_XLA_FLAG_TEXT, "error", "text TensorFlow ignores"),
-    (MISSING_XLA_FLAGS_FILE, "error", "a flags file that does not exist"),
-    (COMPILE_CACHE_INACTIVE, "warning", "the compile cache flag came late"),
-    (PROFILER_BUSY, "info", "the profiler window could not run"),
-    (HLO_ANALYSIS_FAILED, "info", "the HLO analysis failed"),
-    (HLO_ANALYSIS_OFF, "info", "no free source of the step's HLO"),
-    (TRIAL_SKIPPED, "warning", "the XLA/precision trial did not decide"),
-    (TUNER_ERROR, "error", "the tuner failed; training went on"),
-    (NO_STEPS, "warning", "an epoch trained no step"),
-    (OUTPUT_FAILED, "error", "an output could not be written"),
-    (DUPLICATE_TUNER, "warning", "a second XLATuner on one fit stood aside"),
-    (COMPILE_CACHE_CORRUPT, "warning", "corrupt cache entries set aside"),
-    (COMPILE_CACHE_READ_ONLY, "info", "the cache is read, not written"),
-    (COMPILE_CACHE_UNTRUSTED, "warning", "others could write cache files"),
-    (COMPILE_CACHE_NOT_SAVED, "warning", "new entries could not be saved"),
-    (COMPILE_LEDGER_OFF, "info", "XLA's compilations are not recorded"),
-    (FOLDED_DIMENSIONS, "info", "dimensions past 30 recorded as one hash"),
-    (INDIVISIBLE_BATCH, "error", "a batch does not divide over the devices"),
-    (BACKEND_UNSUPPORTED, "warning", "a TensorFlow-only feature, not applied"),
-    (WORKER_MISSING, "warning", "a job's worker wrote no report"),
-    (WORKER_COMPILED_ALONE, "warning", "one worker compiled, the rest waited"),
-    (WORKER_PROGRAM_DIFFERS, "error", "workers compiled different programs"),
-    (STRAGGLER, "warning", "one worker's step is slower than the others'"),
-    (LOG_DIR_SHARED, "warning", "another fit was writing into the log dir"),
-)
+# Each code: its severity, and the subject it is about.
+CODES: dict[str, tuple[str, str]] = {
+    PARTIAL_LAST_BATCH: ("warning", "a short last batch recompiled"),
+    BATCH_SIZE_CHANGE: ("warning", "the batch size changed mid-run"),
+    DYNAMIC_DIMENSION: ("warning", "a non-batch dimension changed"),
+    DTYPE_CHANGE: ("warning", "an input's dtype changed"),
+    RANK_CHANGE: ("warning", "an input's rank changed"),
+    NEW_INPUT: ("warning", "an input appeared"),
+    REMOVED_INPUT: ("warning", "an input disappeared"),
+    RETRACE: ("warning", "the step was traced again"),
+    JIT_DISABLED_BY_LAYER: ("warning", "a layer keeps XLA off"),
+    JIT_DISABLED_BY_DETERMINISM: ("warning", "op determinism keeps XLA off"),
+    JIT_DISABLED_RUN_EAGERLY: ("warning", "run_eagerly keeps XLA off"),
+    JIT_DISABLED_BY_STRATEGY: ("warning", "a strategy keeps XLA off"),
+    JIT_DISABLED_BY_BACKEND: ("warning", "the Keras backend is not TF"),
+    UNSUPPORTED_OP: ("warning", "an op has no XLA kernel"),
+    AUTO_CLUSTERING_INACTIVE: ("warning", "auto-clustering asked, not on"),
+    AUTO_CLUSTERING_UNCOUNTED: ("warning", "clusters compile uncounted"),
+    DISPATCH_BOUND_STEPS: ("info", "launching a step costs as much as it"),
+    TUNER_OVERHEAD: ("info", "the tuner's own work is over 1% of a step"),
+    INPUT_BOUND: ("warning", "a large share of each step waits for data"),
+    COMPILE_DOMINATES: ("warning", "compiling costs more than it saves"),
+    RECOMPILE_STORM: ("warning", "a step kept compiling for new shapes"),
+    BUCKET_REFUSED: ("warning", "padding to buckets could change results"),
+    TENSOR_CORE_ALIGNMENT: ("info", "sizes keep tensor cores idle"),
+    POLICY_SET_AFTER_BUILD: ("warning", "the policy came after the build"),
+    LOW_PRECISION_OUTPUT: ("warning", "the output computes in low precision"),
+    MISSING_LOSS_SCALE: ("warning", "float16 without loss scaling"),
+    FLOAT16_ON_CPU: ("warning", "float16 on a CPU"),
+    BF16_WITHOUT_HARDWARE_SUPPORT: ("warning", "bfloat16 without hardware"),
+    UNKNOWN_XLA_FLAG: ("error", "a flag TensorFlow does not know"),
+    XLA_FLAG_WRONG_VARIABLE: ("error", "a flag in the other variable"),
+    NEGATED_XLA_FLAG: ("error", "a --no form that does not exist"),
+    XLA_FLAG_MISSING_VALUE: ("error", "a flag without its value"),
+    INVALID_XLA_FLAG_VALUE: ("error", "a flag value TF rejects"),
+    IGNORED_XLA_FLAG_TEXT: ("error", "text TensorFlow ignores"),
+    MISSING_XLA_FLAGS_FILE: ("error", "a flags file that does not exist"),
+    COMPILE_CACHE_INACTIVE: ("warning", "the compile cache flag came late"),
+    PROFILER_BUSY: ("info", "the profiler window could not run"),
+    HLO_ANALYSIS_FAILED: ("info", "the HLO analysis failed"),
+    HLO_ANALYSIS_OFF: ("info", "no free source of the step's HLO"),
+    TRIAL_SKIPPED: ("warning", "the XLA/precision trial did not decide"),
+    TUNER_ERROR: ("error", "the tuner failed; training went on"),
+    NO_STEPS: ("warning", "an epoch trained no step"),
+    OUTPUT_FAILED: ("error", "an output could not be written"),
+    DUPLICATE_TUNER: ("warning", "a second XLATuner on one fit stood aside"),
+    COMPILE_CACHE_CORRUPT: ("warning", "corrupt cache entries set aside"),
+    COMPILE_CACHE_READ_ONLY: ("info", "the cache is read, not written"),
+    COMPILE_CACHE_UNTRUSTED: ("warning", "others could write cache files"),
+    COMPILE_CACHE_NOT_SAVED: ("warning", "new entries could not be saved"),
+    COMPILE_LEDGER_OFF: ("info", "XLA's compilations are not recorded"),
+    FOLDED_DIMENSIONS: ("info", "dimensions past 30 recorded as one hash"),
+    INDIVISIBLE_BATCH: ("error", "a batch does not divide over the devices"),
+    BACKEND_UNSUPPORTED: ("warning", "a TensorFlow-only feature, not applied"),
+    WORKER_MISSING: ("warning", "a job's worker wrote no report"),
+    WORKER_COMPILED_ALONE: ("warning", "one worker compiled, the rest waited"),
+    WORKER_PROGRAM_DIFFERS: ("error", "workers compiled different programs"),
+    STRAGGLER: ("warning", "one worker's step is slower than the others'"),
+    LOG_DIR_SHARED: ("warning", "another fit was writing into the log dir"),
+}
 
 
 def severity(code: str) -> str:
@@ -168,7 +154,7 @@ def severity(code: str) -> str:
             f"Unknown finding code {code!r}: add it to "
             "keras_xla.core.findings.CODES."
         )
-    return CODES[code].severity
+    return CODES[code][0]
 
 
 class XLARecompilationWarning(UserWarning):

@@ -95,7 +95,6 @@ class JobReport:
 def row_of(report: XLAReport, index: int) -> WorkerRow:
     """A worker's row from its report."""
     worker = report.worker or {}
-    step_ms = figures.MEDIAN_STEP.over(report.epochs)
     verdict = report.verdict
     return WorkerRow(
         index=index,
@@ -107,7 +106,7 @@ def row_of(report: XLAReport, index: int) -> WorkerRow:
         compile_seconds=round(
             sum(c.compile_seconds for c in report.compile_log), 3
         ),
-        step_ms=figures.rounded(step_ms),
+        step_ms=figures.rounded(figures.MEDIAN_STEP.over(report.epochs)),
         train_steps=sum(e.steps for e in report.epochs),
         finished=bool(worker.get("finished")),
         xla_step_ms=verdict.xla_step_ms if verdict else None,

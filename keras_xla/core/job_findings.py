@@ -44,8 +44,7 @@ def job_findings(
     """Every finding of a job whose workers' reports (by index) gave
     `rows` (`core.job.WorkerRow`s); `count` workers were expected. The
     costliest first."""
-    missing = [i for i in range(count) if i not in reports]
-    found = [_missing(i, count) for i in missing]
+    found = [_missing(i, count) for i in range(count) if i not in reports]
     found += [_unfinished(row, count) for row in rows if not row.finished]
     found += _compiled_alone(reports)
     found += _programs_differ(reports)
@@ -150,8 +149,6 @@ def _wait_text(waits: dict[int, list], seconds: float) -> tuple[float, str]:
 
 
 def _compiled_alone(reports: dict[int, XLAReport]) -> Iterator[dict]:
-    """A worker's compilations that no other worker made, with the
-    seconds the others waited for them (`_wait_text`)."""
     if len(reports) < 2:
         return
     compiled = {i: _signatures(r) for i, r in reports.items()}
@@ -161,7 +158,7 @@ def _compiled_alone(reports: dict[int, XLAReport]) -> Iterator[dict]:
             if (function, shapes) in elsewhere:
                 continue
             inputs = json.loads(shapes)
-            why = _cause(reports[index], function, inputs)
+            why, fix = _cause(reports[index], function, inputs)
             seconds = sum(c.compile_seconds for c in at)
             waits = {i: _waits(r, at) for i, r in reports.items() if i != index}
             waited, wait = _wait_text(waits, seconds)
@@ -170,8 +167,8 @@ def _compiled_alone(reports: dict[int, XLAReport]) -> Iterator[dict]:
                 index,
                 f"Worker {index} compiled {function} for "
                 + ", ".join(f"`{path}` {size}" for path, size in inputs.items())
-                + f"{why[0]}, which no other worker did: {wait}.",
-                why[1]
+                + f"{why}, which no other worker did: {wait}.",
+                fix
                 or "Give every worker the same shapes: shards of equal "
                 "size (`drop_remainder=True`, or pad the last batch: "
                 "`keras_xla.data.pad_batches`).",
@@ -197,8 +194,7 @@ def _cause(report: XLAReport, function: str, shapes: dict) -> tuple[str, str]:
 
 
 def _programs_differ(reports: dict[int, XLAReport]) -> Iterator[dict]:
-    """Steps at which a worker compiled another program than the first
-    worker that compiled the same step (by their HLO fingerprints)."""
+    """Against the first worker that compiled the same step."""
     first: dict[tuple, tuple[int, object]] = {}
     for index in sorted(reports):
         for c in reports[index].compile_log:
@@ -236,8 +232,7 @@ def _first_difference(
     reports: dict[int, XLAReport], compiled: dict[int, object]
 ) -> str:
     """What first differs between two workers' compilations of one step
-    (`compiled`, by worker): an input's shape or dtype, else a setting,
-    else their code."""
+    (`compiled`, by worker)."""
     (i, a), (j, b) = sorted(compiled.items())
 
     def differs(what: str, mine, theirs) -> str | None:

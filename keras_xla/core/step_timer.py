@@ -223,14 +223,14 @@ class StepTimer:
         for call in self._calls:
             if call.function == function and call.closed is not None:
                 records.append(self._record(call, previous))
-                if call.completed is not None and call.returned:
-                    # The device's time on the call alone.
-                    waited = call.completed - max(
-                        previous or 0.0, call.returned
-                    )
-                    self._longest = max(self._longest, waited)
                 del self._by_step[call.function, call.first]
                 if call.completed is not None:
+                    if call.returned:
+                        # The device's time on the call alone.
+                        waited = call.completed - max(
+                            previous or 0.0, call.returned
+                        )
+                        self._longest = max(self._longest, waited)
                     self._last_completion = max(
                         self._last_completion or 0.0, call.completed
                     )
@@ -251,15 +251,13 @@ class StepTimer:
             end = call.closed
         else:
             end = max(call.completed, call.next_begin or 0.0)
-        seconds = end - start
         dispatch = None
         if call.returned is not None:
-            dispatch = call.returned - call.start - (call.input or 0.0)
-            dispatch = max(dispatch, 0.0)
+            dispatch = max(call.returned - call.start - (call.input or 0), 0.0)
         return self.record_type(
             call.function,
             call.first,
-            max(seconds, 0.0),
+            max(end - start, 0.0),
             started_at=self.clock_offset + call.start,
             fallback_steps=self.steps_per_call,
             dispatch_seconds=dispatch,

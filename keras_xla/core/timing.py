@@ -27,8 +27,7 @@ class StepRecord:
         seconds: Wall time of the call.
         signatures: For each step that ran, in order, one signature per
             replica (empty if the probe could not read them).
-        new: `(step index, replica)` of each signature compiled in this
-            call.
+        new: `(step index, replica)` of each signature the call compiled.
         trace_seconds: Python tracing time measured during this call.
         fallback_steps: Steps assumed when no signature could be read.
         started_at: Unix time at which the call started.
@@ -46,8 +45,7 @@ class StepRecord:
         dispatch_seconds: The host's time in the call, from its start
             until the function returned (its work may still be running
             then); None where the return was not seen.
-        own_seconds: The tuner's own time in the call's hooks (its cost
-            to the step).
+        own_seconds: The tuner's own time (its cost) in the call's hooks.
         input_seconds: The time the call waited for its batches; None
             where not seen (TensorFlow with several steps per call or
             replicas, or run eagerly).
@@ -55,9 +53,8 @@ class StepRecord:
             the call that are not its step's (another function's, a
             callback's): a spike they explain is not a host pause.
         planned: The tuner padded the call's batch to a bucket edge
-            (`on_recompile_storm="bucket"`): a compilation it made is the
-            plan's, said by the guard's section, not explained as the
-            pipeline's recompilation.
+            (`on_recompile_storm="bucket"`): its compilation is the plan's
+            (the guard's section), not the pipeline's recompilation.
     """
 
     function: str
@@ -153,22 +150,21 @@ class RunStatistics:
                 for r in self.pool
                 if (value := getattr(r, field)) is not None
             ]
-            found = percentile(values, q) if values else None
-            self._found[field, q] = found
+            self._found[field, q] = percentile(values, q) if values else None
         return self._found[field, q]
 
 
 def run_statistics(
     records: Sequence[StepRecord], fallback_median: float | None = None
 ) -> RunStatistics:
-    """Median and p90 per-step time over steps that did not compile.
+    """Median and p90 per-step time over the steps that did not compile,
+    trace or warm up.
 
-    Steps that compiled or traced the step function are left out of the
-    steady state. If every step compiled, `fallback_median` (an earlier
-    epoch's median) is used, and failing that the median is unknown
-    (None): a median of compiling steps is not a step's time, and
-    compile estimates against it would come out near zero (a run whose
-    every step compiled a new shape). The p90 is over all steps then.
+    Where every step did, the p90 is over all steps and the median is
+    `fallback_median` (an earlier epoch's), else unknown (None): a median
+    of compiling steps is not a step's time, and compile estimates
+    against it would come out near zero (a run whose every step compiled
+    a new shape).
     """
     steady = [
         r
@@ -211,8 +207,7 @@ def estimate_compile_seconds(
     """
     if not record.compiled:
         return 0.0
-    measured = record.measured_compile_seconds
-    if measured:
+    if measured := record.measured_compile_seconds:
         return sum(measured) / len(measured)
     expected = (median_seconds or 0.0) * record.steps
     excess = record.seconds - expected - record.trace_seconds - graph_seconds
@@ -240,19 +235,12 @@ def attach_steps(
     traces: list[tuple[float, float]],
     next_step: int | None = None,
 ) -> list[StepRecord]:
-    """Gives `records` (consecutive calls of one function, in order) the
-    signatures of the steps each call ran and the tracing time that fell
-    in each call; returns them.
-
-    Args:
-        records: The calls, as the timer returned them.
-        steps: For each step that ran, in order, one signature per replica
-            (what the shape probe read).
-        traces: `(unix start, seconds)` of each trace of the step.
-        next_step: The first step of the call after the last record; a
-            call ran as many steps as the next call's first step says,
-            else the rest.
-    """
+    """Gives `records` (the timer's consecutive calls of one function)
+    the signatures of the steps each ran (`steps`: the probe's signature
+    per replica of each step, in order) and the tracing time that fell in
+    each (`traces`: `(unix start, seconds)` of each trace); returns them.
+    A call ran as many steps as the next call's first step says (after
+    the last record, `next_step`), else the rest."""
     position = 0
     for i, record in enumerate(records):
         following = (

@@ -42,10 +42,8 @@ def baseline_medians(report: XLAReport) -> tuple[float | None, float | None]:
 
 def build(report: XLAReport) -> Verdict:
     """The verdict of a run, from its report."""
-    jit = report.jit
-    clustering = report.clustering
-    enabled = bool(jit and jit.enabled) or bool(
-        clustering and clustering.mode == "auto-clustering"
+    enabled = bool(report.jit and report.jit.enabled) or bool(
+        report.clustering and report.clustering.mode == "auto-clustering"
     )
     steps = sum(e.steps for e in report.epochs)
     compile_s = round(report.total_compile_seconds, 3)

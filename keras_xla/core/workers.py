@@ -98,9 +98,7 @@ def read_workers(log_dir: str) -> dict[int, XLAReport]:
         names = os.listdir(root)
     except OSError:
         return found
-    for name in names:
-        if not name.isdigit():
-            continue
+    for name in [n for n in names if n.isdigit()]:
         path = os.path.join(root, name, REPORT_FILENAME)
         with contextlib.suppress(OSError, ValueError):
             found[int(name)] = XLAReport.load(path)
@@ -110,17 +108,15 @@ def read_workers(log_dir: str) -> dict[int, XLAReport]:
 def gather(
     log_dir: str,
     count: int,
-    wait_seconds: float | None = None,
+    wait_seconds: float = GATHER_SECONDS,
     clock=time.monotonic,
     sleep=time.sleep,
     own: XLAReport | None = None,
 ) -> dict[int, XLAReport]:
     """The workers' reports under `log_dir`, waiting up to
-    `wait_seconds` (`GATHER_SECONDS`) for each of the `count` workers'
-    final report; `own`, the gathering worker's report, is taken as it
-    is."""
-    wait = GATHER_SECONDS if wait_seconds is None else wait_seconds
-    deadline = clock() + wait
+    `wait_seconds` for each of the `count` workers' final report; `own`,
+    the gathering worker's report, is taken as it is."""
+    deadline = clock() + wait_seconds
     mine = None if own is None else (own.worker or {}).get("index")
     pause = FIRST_POLL_SECONDS
     while True:
