@@ -12,6 +12,7 @@ verdict -> JSON, TensorBoard (without TensorFlow), the summary.
 
 from __future__ import annotations
 
+import os
 import time
 import weakref
 from collections.abc import Callable
@@ -21,13 +22,13 @@ from keras_xla import precision as precision_lib
 from keras_xla import xla_setting
 from keras_xla.auto.model_state import ModelState
 from keras_xla.auto.policy import AUTO, Candidate
-from keras_xla.core import cache_directory
+from keras_xla.core import cache_directory, files
 from keras_xla.core import findings as codes
 from keras_xla.core.guard import signature_key
 from keras_xla.core.shape_switch import BucketSwitch, ShapeSwitch
-from keras_xla.core.timing import median_seconds
+from keras_xla.core.timing import median_seconds, steady_signature
 from keras_xla.fit_adapter import FitAdapter, Start
-from keras_xla.jax_backend import environment, epoch_checks, hlo
+from keras_xla.jax_backend import environment, hlo
 from keras_xla.jax_backend.compile_events import CompileEvents
 from keras_xla.jax_backend.step_log import JaxStepLog, trackers_of
 from keras_xla.jax_backend.tap import FUNCTIONS, StepTap, Taken, untapped
@@ -37,6 +38,7 @@ from keras_xla.jax_backend.tap import FUNCTIONS, StepTap, Taken, untapped
 # nothing again (a rebuilt `jax.jit` compiles every shape afresh).
 _BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 INACTIVE_FIX = "Pass compile_cache a directory you can create."
+HLO_FIX = "Nothing to do; pass analyze_hlo=False to skip it."
 
 
 class JaxFitAdapter(FitAdapter):
@@ -296,20 +298,65 @@ class JaxFitAdapter(FitAdapter):
                     break
 
     def analyze_hlo(self, stats, records) -> list:
-        """The train step's HLO from JAX's in-memory cache."""
-        section, found, outside = epoch_checks.analyze_hlo(
-            self.model,
-            self.settings,
-            stats,
-            records,
-            self.tap.examples,
-            self.events,
+        """The train step's HLO from JAX's in-memory cache, at the epoch's
+        steady signature, from a batch of it the tap kept; an analysis
+        that compiles the step again is counted apart from training's.
+        (The tensor-core alignment lint is not run on JAX: it reads the
+        GPUs through TensorFlow.)"""
+        sig = steady_signature(records)
+        jitted = hlo.jitted_step(self.model)
+        data = self.tap.examples.get(sig) if sig is not None else None
+        if jitted is None or data is None:
+            off = (
+                codes.HLO_ANALYSIS_OFF,
+                "The HLO analysis found no jitted train step (or no batch of "
+                "its steady shapes) on the model.",
+                HLO_FIX,
+            )
+            return [off]
+        before = self.events.pending("train")
+        shapes = sig.shapes()
+        sharded = environment.device_count() > 1
+        try:
+            section, text = hlo.analyze(
+                jitted,
+                hlo.state_specs(self.model, sharded),
+                data,
+                stats.epoch,
+                shapes,
+            )
+            if self.settings.log_dir:
+                # Written with the fit's other outputs (their failures are
+                # theirs, reported as `output-failed`).
+                path = os.path.join(self.settings.log_dir, hlo.TEXT_PATH)
+                section.text = files.write_later(path, text)
+        except Exception as error:  # noqa: BLE001 - a diagnostic
+            failed = (
+                codes.HLO_ANALYSIS_FAILED,
+                f"The HLO analysis failed: {type(error).__name__}: {error}",
+                HLO_FIX,
+            )
+            return [failed]
+        extra = self.events.take("train")[before:]
+        if extra:
+            section.source = "compiled again"
+        hlo.add_rates(
+            section,
+            stats.step_time_ms["median"],
+            self.settings.peak_flops,
+            self.model.dtype_policy.compute_dtype,
         )
-        if section is not None:
-            self.report.hlo = section
-        if outside is not None:
-            self.report.outside_compilations.append(outside)
-        return found
+        self.report.hlo = section
+        if extra:
+            self.report.outside_compilations.append(
+                {
+                    "function": "train",
+                    "shapes": shapes,
+                    "compilations": len(extra),
+                    "found": "the HLO analysis",
+                }
+            )
+        return []
 
     def unreadable_batches(self, stats, records) -> list:
         unreadable, self.tap.unreadable = self.tap.unreadable, []

@@ -15,6 +15,7 @@ are listed, as on TensorFlow.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import platform
 import re
@@ -26,6 +27,8 @@ from keras_xla.core import hardware, peaks
 from keras_xla.core.figures import rounded
 from keras_xla.core.report import HloSection
 from keras_xla.jax_backend.tap import untapped
+
+logger = logging.getLogger(__name__)
 
 NO_OP_OPCODES = frozenset(
     "parameter constant tuple get-tuple-element bitcast after-all"
@@ -245,6 +248,25 @@ def peak_flops(setting: Any, dtype: str) -> float | None:
     if setting:
         return float(setting)
     return peaks.known(machine_key(dtype))
+
+
+def add_rates(
+    section: HloSection, median_ms: float | None, setting: Any, dtype: str
+) -> None:
+    """The achieved TFLOP/s at the epoch's median step and, given a peak
+    (`peak_flops(setting, dtype)`), the utilization."""
+    if not (median_ms and section.flops_per_step):
+        return
+    achieved = section.flops_per_step / (median_ms / 1000.0)
+    section.achieved_tflops = rounded(achieved / 1e12)
+    try:
+        peak = peak_flops(setting, dtype)
+    except Exception as error:  # noqa: BLE001 - a diagnostic
+        peak = None
+        logger.info("No peak FLOP/s on JAX: %s", error)
+    if peak:
+        section.peak_tflops = rounded(peak / 1e12)
+        section.utilization = rounded(achieved / peak)
 
 
 def machine_key(dtype: str) -> str:
