@@ -51,10 +51,9 @@ def signature_of(data: Any) -> Signature:
 
 @dataclasses.dataclass(slots=True)
 class TapCall:
-    """One call of a tapped step function.
+    """One call of a tapped step function (`"train"` or `"test"`).
 
     Attributes:
-        function: `"train"` or `"test"`.
         signatures: One signature per batch the call pulled.
         events: JAX's compile events of the step function in the call.
         own: The tap's own seconds in the call.
@@ -169,8 +168,7 @@ class StepTap:
 
     def wrap(self, function: str, fn: Any) -> Any:
         """`fn` (a Keras `train_function`/`test_function`) tapped."""
-        if getattr(fn, "_keras_xla_tapped", None) is not None:
-            fn = fn._keras_xla_tapped
+        fn = untapped(fn)
 
         def tapped(state, iterator):
             entered = time.perf_counter()

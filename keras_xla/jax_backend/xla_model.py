@@ -28,9 +28,7 @@ def _refuse() -> ValueError:
 
 
 class XLAModel:
-    """Stands in for `tf_backend.xla_model.XLAModel` off TensorFlow:
-    building one (or `from_model`) raises a `ValueError` naming the
-    fix."""
+    """Stands in for `tf_backend.xla_model.XLAModel` off TensorFlow."""
 
     def __new__(cls, *args: Any, **kwargs: Any):
         raise _refuse()
