@@ -18,12 +18,15 @@ class Section:
     the first version (`report.hlo["fusion_ratio"]`, `.get(key)`)."""
 
     def __getitem__(self, key: str) -> Any:
-        if key not in _field_names(type(self)):
+        if key not in {f.name for f in dataclasses.fields(self)}:
             raise KeyError(key)
         return getattr(self, key)
 
     def get(self, key: str, default: Any = None) -> Any:
-        return self[key] if key in _field_names(type(self)) else default
+        try:
+            return self[key]
+        except KeyError:
+            return default
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -32,15 +35,10 @@ class Section:
     def from_dict(
         cls, data: dict | None, skipped: list | None = None, where: str = ""
     ):
-        """The section from its JSON, read as far as it can be (keys
-        this version does not know, bad optional values); what was left
-        out is noted in `skipped`, under `where`."""
+        """The section from its JSON, read as far as it can be
+        (`core.reading`); what was left out is noted in `skipped`."""
         skipped = [] if skipped is None else skipped
         return reading.read(cls, data, where or cls.__name__, skipped)
-
-
-def _field_names(cls: type) -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(cls))
 
 
 @dataclasses.dataclass
