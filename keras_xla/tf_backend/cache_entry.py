@@ -13,6 +13,7 @@ without following a link.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 MEMORY = "ram://"
@@ -51,27 +52,24 @@ def write_bytes(path: str, data: bytes) -> None:
 
 def size(path: str) -> int:
     """An entry's size in bytes (0 if it is gone)."""
-    try:
+    with contextlib.suppress(Exception):  # removed meanwhile
         if in_memory(path):
             from tensorflow.python.lib.io import file_io
 
             return file_io.stat(path).length
         return os.lstat(path).st_size
-    except Exception:  # noqa: BLE001 - removed meanwhile
-        return 0
+    return 0
 
 
 def remove(path: str) -> None:
     """Removes an entry; one that is already gone is fine."""
-    try:
+    with contextlib.suppress(Exception):  # removed meanwhile
         if in_memory(path):
             from tensorflow.python.lib.io import file_io
 
             file_io.delete_file_v2(path)
         else:
             os.remove(path)
-    except Exception:  # noqa: BLE001 - removed meanwhile
-        pass
 
 
 def _fields(data: bytes) -> dict[int, list]:

@@ -5,6 +5,8 @@ auto-clustering."""
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
 from collections.abc import Iterable
 from typing import Any
 
@@ -87,9 +89,6 @@ def worker(model: Any) -> Any:
     """This process's `core.workers.Worker` where the model trains under a
     `MultiWorkerMirroredStrategy` of several workers (TF_CONFIG names
     them), else None."""
-    import os
-    import socket
-
     import tensorflow as tf
 
     from keras_xla.core import workers
