@@ -42,12 +42,11 @@ def cache_entries(directory: str) -> dict[str, float]:
 
 def clear_compile_cache(directory: str) -> int:
     """Deletes JAX's entries in `directory` (its `-cache` and `-atime`
-    files; never a link or anything else there); returns how many were
-    removed."""
+    files, `jax._src.lru_cache`'s names for an entry and its access time;
+    never a link or anything else there); returns how many were removed."""
     removed = 0
     for name in cache_entries(directory):
         path = os.path.join(directory, name)
-        # JAX's names for an entry and its access time (`jax._src.lru_cache`).
         if not name.endswith(("-cache", "-atime")) or os.path.islink(path):
             continue
         try:

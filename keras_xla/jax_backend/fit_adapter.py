@@ -107,10 +107,9 @@ class JaxFitAdapter(FitAdapter):
         spe = int(model.steps_per_execution or 1)
         self.log = JaxStepLog(spe, self.tap, trackers_of(model))
         self.tap.error_handler = self._step_failed
-        # Keras's jitted step is the fit's own: the trial tries the fit's
-        # XLA setting first. At the end of data Keras's JAX trainer stops
-        # at `next(iterator)` before any step runs: a baseline over data
-        # of unknown length runs in the first epoch.
+        # At the end of data Keras's JAX trainer stops at `next(iterator)`
+        # before any step runs: a baseline over data of unknown length
+        # runs in the first epoch.
         return Start(
             devices=environment.device_infos(),
             xla_first=True,
@@ -168,8 +167,7 @@ class JaxFitAdapter(FitAdapter):
         if self.switch is not None:
             put = {f: self._switched[f][0] for f in FUNCTIONS}
             if isinstance(self.switch, BucketSwitch):
-                # Tapped inside: the tap sees the padded batch each side
-                # runs.
+                # Tapped inside: the tap sees each side's padded batch.
                 for function, fn in put.items():
                     setattr(self.model, f"{function}_function", fn)
                 return
@@ -283,8 +281,7 @@ class JaxFitAdapter(FitAdapter):
         compilation); one compiled on the no-XLA side of a window waits
         for XLA's."""
         jitted = hlo.jitted_step(self.model)
-        sharded = environment.device_count() > 1
-        state = jitted and hlo.state_specs(self.model, sharded)
+        state = jitted and hlo.state_specs(self.model)
         if state is None:
             return
         for c in compilations:
@@ -316,14 +313,9 @@ class JaxFitAdapter(FitAdapter):
             return [off]
         before = self.events.pending("train")
         shapes = sig.shapes()
-        sharded = environment.device_count() > 1
         try:
             section, text = hlo.analyze(
-                jitted,
-                hlo.state_specs(self.model, sharded),
-                data,
-                stats.epoch,
-                shapes,
+                jitted, hlo.state_specs(self.model), data, stats.epoch, shapes
             )
             if self.settings.log_dir:
                 # Written with the fit's other outputs (their failures are

@@ -26,6 +26,7 @@ from typing import Any
 from keras_xla.core import hardware, peaks
 from keras_xla.core.figures import rounded
 from keras_xla.core.report import HloSection
+from keras_xla.jax_backend import environment
 from keras_xla.jax_backend.tap import untapped
 
 logger = logging.getLogger(__name__)
@@ -78,12 +79,12 @@ def _jitted(fn: Any, depth: int = 2) -> Any:
     return None
 
 
-def state_specs(model: Any, sharded: bool) -> Any:
+def state_specs(model: Any) -> Any:
     """`ShapeDtypeStruct`s of the train step's state, from the model's
     variables (their values are Keras's loop's during an epoch: it holds
     the state apart); with their shardings only under a
-    `keras.distribution` (`sharded`): on one device the step was called
-    with uncommitted arrays, and a sharding in the specs would make
+    `keras.distribution` over several devices: on one device the step was
+    called with uncommitted arrays, and a sharding in the specs would make
     another compilation. None where a sharding cannot be read now."""
     import jax
     import jax.numpy as jnp
@@ -101,6 +102,7 @@ def state_specs(model: Any, sharded: bool) -> Any:
         dtype = jax.dtypes.canonicalize_dtype(jnp.dtype(v.dtype))
         return jax.ShapeDtypeStruct(tuple(v.shape), dtype)
 
+    sharded = environment.device_count() > 1
     groups = (
         model.trainable_variables,
         model.non_trainable_variables,
