@@ -113,13 +113,10 @@ def comparison(runs: Sequence[tuple[XLAReport, str]], labels=None) -> str:
     for key, label, _, digits in COMPARED:
         row = result["rows"][key]
         cells = [
-            "-"
-            if v is None
-            else (str(v) if digits is None else number(v, digits))
+            number(v, digits) if digits is not None or v is None else str(v)
             for v in row["values"]
         ]
-        ratio = "-" if row["ratio"] is None else f"{row['ratio']:.2f}"
-        table.append((label, *cells, ratio, row["better"] or ""))
+        table.append((label, *cells, number(row["ratio"]), row["better"] or ""))
     lines += format_table(table)
     lines += ["", result["conclusion"]]
     return "\n".join(lines)
