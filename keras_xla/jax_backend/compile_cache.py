@@ -99,15 +99,3 @@ def enable_compile_cache(
         f"({existing} files found).",
         persist=os.access(directory, os.W_OK),
     )
-
-
-def settings() -> dict:
-    """JAX's cache settings now, for the report and `keras-xla doctor`."""
-    import jax
-
-    names = (
-        "jax_compilation_cache_dir",
-        "jax_persistent_cache_min_compile_time_secs",
-        "jax_persistent_cache_min_entry_size_bytes",
-    )
-    return {name: getattr(jax.config, name, None) for name in names}

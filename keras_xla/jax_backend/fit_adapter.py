@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import time
 import weakref
-from collections.abc import Callable
 from typing import Any
 
 from keras_xla import precision as precision_lib
@@ -48,7 +47,6 @@ class JaxFitAdapter(FitAdapter):
         super().__init__(*args)
         self.events = CompileEvents()
         self.tap = StepTap(self.events)
-        self.log: JaxStepLog | None = None
         self._user: tuple[Any, Any] = (None, None)
         self._user_state: ModelState | None = None
         # The configuration the fit set up, and its (train, test) functions
@@ -249,9 +247,7 @@ class JaxFitAdapter(FitAdapter):
 
     # The epoch's checks.
 
-    def epoch_checks(
-        self, interrupted: bool
-    ) -> list[Callable[[Any, list], list]]:
+    def epoch_checks(self, interrupted: bool) -> list:
         return [self.label_cache, self.unreadable_batches]
 
     def label_cache(self, stats, records) -> list:

@@ -329,11 +329,7 @@ def analyze(
         analysis_seconds=round(time.perf_counter() - start, 4),
         kernels_per_step=counts["kernels"],
         fusions=counts["fusions"],
-        fusion_ratio=(
-            rounded(counts["fused"] / counts["compute"])
-            if counts["compute"]
-            else 0.0
-        ),
+        fusion_ratio=rounded(counts["fused"] / max(counts["compute"], 1)),
         converts=counts["converts"],
         unfused_converts=counts["unfused_converts"],
         flops_per_step=flops,

@@ -136,8 +136,7 @@ class StepTap:
         # Signatures by a batch's structure, shapes and dtypes.
         self._seen: dict[tuple, Signature] = {}
         self.error_handler = None  # called with (function, exception)
-        # Called with the clock when an announced call returns.
-        self.on_return = None
+        self.on_return = None  # called when an announced call returns
         # Why a batch's signature could not be read (training went on).
         self.unreadable: list[str] = []
         self._others_at_arm = 0
