@@ -328,14 +328,6 @@ class JaxFitAdapter(FitAdapter):
         extra = self.events.take("train")[before:]
         if extra:
             section.source = "compiled again"
-        hlo.add_rates(
-            section,
-            stats.step_time_ms["median"],
-            self.settings.peak_flops,
-            self.model.dtype_policy.compute_dtype,
-        )
-        self.report.hlo = section
-        if extra:
             self.report.outside_compilations.append(
                 {
                     "function": "train",
@@ -344,6 +336,13 @@ class JaxFitAdapter(FitAdapter):
                     "found": "the HLO analysis",
                 }
             )
+        hlo.add_rates(
+            section,
+            stats.step_time_ms["median"],
+            self.settings.peak_flops,
+            self.model.dtype_policy.compute_dtype,
+        )
+        self.report.hlo = section
         return []
 
     def unreadable_batches(self, stats, records) -> list:
