@@ -1,18 +1,15 @@
 """Every per-epoch figure the tuner reports, declared once: how it is
 measured, rounded, written and shown.
 
-A `Figure` has one name, its `key`: its field in the report's epochs
-(`step_time_ms.median`: a key of the epoch's `step_time_ms`) and, as
-`xla/` and the key with `_` for `.`, its TensorBoard scalar and Keras
-`logs` key. It is measured from the epoch's train steps (`measure`, on
-their `timing.RunStatistics`: the accountant fills an epoch by
-iterating `FIGURES`, `measured`), counted by another part, or read from
-the report (`read`). `report.EpochStats` has a field for each; the
-scalars (`core.summaries`), Keras's `logs`, the epoch tables
-(`core.render`, `keras_xla.dashboard.views`), the comparison of two
-runs (`core.compare`) and the README's table of tags (a test keeps it
-equal) read `FIGURES`. A new figure measured from the steps' records
-is declared here alone.
+A `Figure` has one name, its `key`: its field in the report's epochs,
+and its TensorBoard scalar and Keras `logs` key (`Figure.tag`). The
+accountant fills an epoch by iterating `FIGURES` (`measured`);
+`report.EpochStats` has a field for each; the scalars
+(`core.summaries`), Keras's `logs`, the epoch tables (`core.render`,
+`keras_xla.dashboard.views`), the comparison of two runs
+(`core.compare`) and the README's table of tags (a test keeps it equal)
+read `FIGURES`. A new figure measured from the steps' records is
+declared here alone.
 
 Rounding is one rule for every figure and backend (`rounded`): counts
 and flags as they are, any other value to six significant digits (a
@@ -47,9 +44,7 @@ WAIT_SEEN = (
 
 
 def rounded(value: Any) -> Any:
-    """A figure's value as the report keeps it, the one rule: None, a
-    count and a flag as they are, any other number to six significant
-    digits."""
+    """A figure's value as the report keeps it (the one rule above)."""
     if value is None or isinstance(value, (bool, int)):
         return value
     return float(f"{value:.6g}")
