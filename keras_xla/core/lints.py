@@ -71,14 +71,6 @@ INPUT_SHARE = 0.3
 # ... and waits at least this long (ms): a shorter wait is the data
 # loop's own cost on a step too short to feed (`dispatch-bound-steps`).
 INPUT_MIN_MS = 1.0
-INPUT_FIX = (
-    "Feed the step faster. tf.data: end the pipeline with "
-    "`.prefetch(tf.data.AUTOTUNE)`, map with "
-    "`num_parallel_calls=tf.data.AUTOTUNE`, `.cache()` what does not "
-    "change between epochs, and move work out of `py_function`. A Python "
-    "generator or `keras.utils.PyDataset`: `PyDataset(workers=N, "
-    "use_multiprocessing=True)`, or precompute the batches."
-)
 
 
 def input_bound(
@@ -94,7 +86,12 @@ def input_bound(
         f"Each train step waits {input_ms:.2f} ms of its {median_ms:.2f} ms "
         f"({share:.0%}) for its batch: the input pipeline, not the "
         "compiled step, sets the pace, and XLA can speed up only the rest.",
-        INPUT_FIX,
+        "Feed the step faster. tf.data: end the pipeline with "
+        "`.prefetch(tf.data.AUTOTUNE)`, map with "
+        "`num_parallel_calls=tf.data.AUTOTUNE`, `.cache()` what does not "
+        "change between epochs, and move work out of `py_function`. A "
+        "Python generator or `keras.utils.PyDataset`: `PyDataset(workers=N, "
+        "use_multiprocessing=True)`, or precompute the batches.",
     )
 
 
