@@ -30,7 +30,6 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "bool": (bool,),
     "dict": (dict,),
     "list": (list, tuple),
-    "tuple": (list, tuple),
 }
 
 # The largest integer a report holds: a writer's counters and NumPy
