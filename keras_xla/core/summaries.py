@@ -51,9 +51,8 @@ TRAIN_RUN = "train"
 
 
 def epoch_scalars(stats, hlo: dict | None = None) -> dict[str, float]:
-    """The scalars of one epoch (an `EpochStats`; `hlo`, the report's
-    section): each registered figure that has a value
-    (`figures.scalars`). They also go into Keras's `logs`."""
+    """The scalars of one epoch (`figures.scalars`); they also go into
+    Keras's `logs`."""
     return figures.scalars(stats, hlo)
 
 
