@@ -224,15 +224,14 @@ def guard_line(guard) -> list[str]:
 
 def sides(guard) -> str:
     """The per-shape fallback's steps each way and what they cost."""
-
-    def side(steps: int, seconds: float, how: str) -> str:
+    sides = []
+    for steps, seconds, how in (
+        (guard.xla_steps, guard.xla_seconds, "ran XLA"),
+        (guard.plain_steps, guard.plain_seconds, "without XLA"),
+    ):
         each = f", {seconds / steps * 1000:.1f} ms each" if steps else ""
-        return f"{steps} steps {how} ({seconds:.2f} s{each})"
-
-    return (
-        f"{side(guard.xla_steps, guard.xla_seconds, 'ran XLA')}, "
-        f"{side(guard.plain_steps, guard.plain_seconds, 'without XLA')}"
-    )
+        sides.append(f"{steps} steps {how} ({seconds:.2f} s{each})")
+    return ", ".join(sides)
 
 
 def jit_line(report: XLAReport) -> list[str]:
