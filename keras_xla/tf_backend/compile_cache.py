@@ -101,10 +101,26 @@ def enable_compile_cache(
     aside = tuple(entries_lib.set_aside(directory)) if can_write else ()
     existing = len(cache_entries(directory))
     ledger = compile_ledger.status()
-    if ledger.owned and cache_entry.in_memory(ledger.directory):
-        return _mirror(
-            directory, existing, aside, ledger.directory, can_write,
-            trust_shared,
+    memory = ledger.directory
+    if ledger.owned and cache_entry.in_memory(memory):
+        # Served through the in-memory ledger: the cache's entries copied
+        # in now, the ones this process compiles under it copied out later.
+        entries_lib.claim(directory, memory)
+        copied, left_out = entries_lib.copy_in(directory, memory, trust_shared)
+        if can_write:
+            atexit.register(_save_at_exit, memory, directory, os.getpid())
+        saved = (
+            "new ones are saved there at every epoch end"
+            if can_write
+            else "it cannot be written, so new compilations are not saved"
+        )
+        message = (
+            f"XLA persistent compile cache active in {directory} "
+            f"({len(copied)} of {existing} entries loaded; {saved})."
+        )
+        return CacheStatus(
+            directory, True, existing, message, memory, can_write, aside,
+            tuple(left_out),
         )  # fmt: skip
     status = functools.partial(_status, directory, existing, aside)
     if ledger.directory is not None:
@@ -117,7 +133,7 @@ def enable_compile_cache(
             f"{ledger.directory}, and TensorFlow uses that one."
         )
     if can_write and not compile_ledger.tensorflow_started():
-        return _set_flag(directory, existing, aside, verify)
+        return _set_flag(directory, existing, status, verify)
     return status(
         "The XLA compile cache flag came too late: TensorFlow reads "
         "TF_XLA_FLAGS once, at its first op, and had run one already in "
@@ -133,30 +149,6 @@ def _status(directory, existing, aside, message, active=False) -> CacheStatus:
     return CacheStatus(directory, active, existing, message, "", True, aside)
 
 
-def _mirror(
-    directory, existing, aside, ledger, can_write, trust
-) -> CacheStatus:
-    """The cache served through the in-memory ledger: its entries copied
-    in now, the ones this process compiles under it copied out later."""
-    entries_lib.claim(directory, ledger)
-    copied, left_out = entries_lib.copy_in(directory, ledger, trust)
-    if can_write:
-        atexit.register(_save_at_exit, ledger, directory, os.getpid())
-    saved = (
-        "new ones are saved there at every epoch end"
-        if can_write
-        else "it cannot be written, so new compilations are not saved"
-    )
-    message = (
-        f"XLA persistent compile cache active in {directory} ({len(copied)} "
-        f"of {existing} entries loaded; {saved})."
-    )
-    return CacheStatus(
-        directory, True, existing, message, ledger, can_write, aside,
-        tuple(left_out),
-    )  # fmt: skip
-
-
 def _save_at_exit(ledger: str, directory: str, pid: int) -> None:
     # A forked child inherits the handler; only the process that enabled
     # the cache saves to it.
@@ -164,10 +156,9 @@ def _save_at_exit(ledger: str, directory: str, pid: int) -> None:
         entries_lib.copy_out(ledger, directory)
 
 
-def _set_flag(directory, existing, aside, verify) -> CacheStatus:
+def _set_flag(directory, existing, status, verify) -> CacheStatus:
     """Before TensorFlow starts: the flag names `directory`; a canary
     compilation checks that entries appear there."""
-    status = functools.partial(_status, directory, existing, aside)
     previous = os.environ.get("TF_XLA_FLAGS")
     problem = _flag_problem(directory, previous or "")
     if problem:
