@@ -119,7 +119,8 @@ def _install(environ) -> LedgerStatus:
             f"{OFF_VARIABLE}=0 turned it off",
             f"Unset {OFF_VARIABLE} to record them.",
         )
-    flags = flags_lib.parse_flags(environ.get("TF_XLA_FLAGS", ""))
+    user = environ.get("TF_XLA_FLAGS", "")
+    flags = flags_lib.parse_flags(user)
     existing = next(
         (f.value for f in flags if f.name == CACHE_FLAG and f.value), None
     )
@@ -132,7 +133,6 @@ def _install(environ) -> LedgerStatus:
             "imported, so XLA's compilations are not recorded",
             "Import keras_xla before TensorFlow runs its first op.",
         )
-    user = environ.get("TF_XLA_FLAGS", "")
     if inherited:
         user = flags_lib.without_flag(user, f"--{CACHE_FLAG}={existing}")
     if not flags_lib.extensible(user):
@@ -298,13 +298,8 @@ def remove_stale_ledgers(directory: str | None = None) -> list[str]:
     process is gone. Returns the paths removed; never raises."""
     directory = directory or tempfile.gettempdir()
     removed = []
-    try:
-        candidates = glob.glob(
-            os.path.join(glob.escape(directory), f"{PREFIX}*_*")
-        )
-    except OSError:
-        return removed
-    for path in candidates:
+    # glob lists what it can read: an unreadable directory yields nothing.
+    for path in glob.glob(os.path.join(glob.escape(directory), f"{PREFIX}*_*")):
         pid = os.path.basename(path).removeprefix(PREFIX).split("_")[0]
         try:
             info = os.lstat(path)
