@@ -51,7 +51,9 @@ class TFFitAdapter(FitAdapter):
         self.log: StepLog | None = None
         self.functions: StepFunctions | None = None
         self.lease: ModelLease | None = None
-        self.profile = ProfileRun.of(self.settings, self.report, self.book)
+        self.profile: ProfileRun | None = None
+        if self.settings.profile_steps is not None:
+            self.profile = ProfileRun(self.settings, self.report, self.book)
         self._configured = False  # jit_compile applied to the model
         self._clustering = False
         self._cache_before: dict[str, float] = {}

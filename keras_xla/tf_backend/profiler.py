@@ -119,30 +119,22 @@ class ProfileRun:
     finding go to the fit's report and finding book.
 
     Args:
-        log_dir: The TensorBoard log directory.
-        steps: `XLATuner(profile_steps=(start, stop))`, the first and last
-            global train step (0-based) in the window, checked by
-            `settings.check_profile_steps`.
+        settings: The fit's `Settings`: its `log_dir` (TensorBoard's) and
+            `profile_steps`, the first and last global train step (0-based)
+            in the window, checked by `settings.check_profile_steps`.
         report: The fit's `XLAReport`.
         book: The fit's `FindingBook`.
     """
 
-    def __init__(self, log_dir: str, steps, report, book) -> None:
-        self.log_dir = log_dir
-        self.start, self.stop = steps
+    def __init__(self, settings, report, book) -> None:
+        self.log_dir = settings.log_dir
+        self.start, self.stop = settings.profile_steps
         self.report, self.book = report, book
         self.running = self.done = False
         self.calls = 0  # train calls seen so far
         # Unix times of the window, to match the tuner's compilations.
         self.started_at = self.ended_at = 0.0
         self._files_before: set[str] = set()
-
-    @classmethod
-    def of(cls, settings, report, book) -> ProfileRun | None:
-        """The window `settings.profile_steps` asks for, or None."""
-        if settings.profile_steps is None:
-            return None
-        return cls(settings.log_dir, settings.profile_steps, report, book)
 
     def before_call(self, now: float) -> None:
         """Before each train call (begun at Unix time `now`): starts or
