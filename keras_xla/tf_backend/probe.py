@@ -98,7 +98,6 @@ class ShapeProbe:
     ) -> None:
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots}.")
-        self.function = function
         self.slots = int(slots)
         self.stamps = stamps
         # The waits (seconds, or None) of the steps the last read returned.
@@ -108,24 +107,17 @@ class ShapeProbe:
         strategy = self._strategy
         scope = strategy.scope if strategy else contextlib.nullcontext
         with tf.init_scope(), scope():
-            kwargs = {}
+            kwargs = {"trainable": False}
             if strategy is not None:
-                kwargs = dict(
+                kwargs.update(
                     synchronization=tf.VariableSynchronization.ON_READ,
                     aggregation=tf.VariableAggregation.NONE,
                 )
-            self._rows = tf.Variable(
-                tf.fill([self.slots, ROW_WIDTH], tf.constant(-1, tf.int64)),
-                trainable=False,
-                name=f"keras_xla_{function}_probe_rows",
-                **kwargs,
-            )
-            self._counter = tf.Variable(
-                tf.constant(0, tf.int64),
-                trainable=False,
-                name=f"keras_xla_{function}_probe_counter",
-                **kwargs,
-            )
+            name = f"keras_xla_{function}_probe_"
+            rows = tf.fill([self.slots, ROW_WIDTH], tf.constant(-1, tf.int64))
+            self._rows = tf.Variable(rows, name=name + "rows", **kwargs)
+            zero = tf.constant(0, tf.int64)
+            self._counter = tf.Variable(zero, name=name + "counter", **kwargs)
         self._traces: list[_Trace] = []
         self._signatures: dict[bytes, Signature] = {}
         self._last_step = 0
