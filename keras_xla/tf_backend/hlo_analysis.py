@@ -248,14 +248,11 @@ def batch_from_signature(signature: Signature) -> tuple:
 
     top: dict[str, Any] = {}
     for t in signature.tensors:
-        parts = t.path.split("/")
-        value = tf.zeros(t.shape, dtype=t.dtype)
+        *parents, name = t.path.split("/")
         node = top
-        for key, nxt in zip(parts, parts[1:] + [None]):
-            if nxt is None:
-                node[key] = value
-            else:
-                node = node.setdefault(key, {})
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[name] = tf.zeros(t.shape, dtype=t.dtype)
     return tuple(
         _listify(top[name])
         for name in ("x", "y", "sample_weight")
