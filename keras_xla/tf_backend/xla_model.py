@@ -21,10 +21,14 @@ from typing import Any
 
 import keras
 import tensorflow as tf
+from keras.src.backend.tensorflow.trainer import (
+    _collective_all_reduce_multi_worker,
+)
 from keras.src.losses import loss as loss_module
 from keras.src.models.functional import Functional
 from keras.src.models.model import Trainer, functional_init_arguments
 from keras.src.trainers.data_adapters import data_adapter_utils
+from keras.src.trainers.trainer import model_supports_jit
 
 from keras_xla.tf_backend.accumulation import (
     accumulate_gradients,
@@ -152,8 +156,6 @@ class XLAModel(keras.Model):
         return getattr(self, attr)
 
     def _resolve_auto_jit_compile(self) -> bool:
-        from keras.src.trainers.trainer import model_supports_jit
-
         return bool(model_supports_jit(self))
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
@@ -232,10 +234,6 @@ class XLAModel(keras.Model):
         # `strategy.reduce("MEAN", v, axis=0)`, which fails on scalars.
         # Metric results are equal on every replica; give them a length-1
         # axis so the mean over replicas and that axis is the value itself.
-        from keras.src.backend.tensorflow.trainer import (
-            _collective_all_reduce_multi_worker,
-        )
-
         if not _collective_all_reduce_multi_worker(self.distribute_strategy):
             return logs
         return tf.nest.map_structure(
