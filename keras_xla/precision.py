@@ -345,11 +345,17 @@ def _add_loss_scale(model: Any) -> None:
         scope = strategy.scope() if strategy else contextlib.nullcontext()
         with scope:
             wrapped.build(model.trainable_variables)
-    model.optimizer = wrapped
-    config = getattr(model, "_compile_config", None)
-    if config is not None and "optimizer" in getattr(config, "config", {}):
-        config.config["optimizer"] = wrapped
+    set_optimizer(model, wrapped)
     logger.info("Wrapped the optimizer of %r for loss scaling.", model.name)
+
+
+def set_optimizer(model: Any, optimizer: Any) -> None:
+    """Sets `model.optimizer`, in its compile config too, so that a saved
+    model reloads with it (a loss-scale wrapper)."""
+    model.optimizer = optimizer
+    config = getattr(model, "_compile_config", None)
+    if "optimizer" in (getattr(config, "config", None) or {}):
+        config.config["optimizer"] = optimizer
 
 
 def _names(layers: list[Any], limit: int = 5) -> str:

@@ -25,32 +25,34 @@ import platform
 import time
 from typing import Any
 
+from keras_xla import backends
 from keras_xla.core import cache_home, hardware, json_files
 
 FILE = "trial_decisions.json"
 
 
 class DecisionMemory:
-    """Remembered winners for one model and candidate set.
-
-    Args:
-        directory: Where the file lives.
-        model: The model being fit.
-        candidates: The trial's candidate names, in order.
-        steps_per_call: `steps_per_execution`.
-    """
+    """Remembered winners for one model and candidate set (the trial's
+    candidate names, in order), in `directory`."""
 
     def __init__(
         self, directory: str, model: Any, candidates: list, steps_per_call: int
     ) -> None:
+        import keras
+
+        devices, backend = backends.machine()
+        weights = getattr(model, "weights", [])
         self.path = os.path.join(directory, FILE)
         self._base = {
             "model": [type(model).__name__]
-            + [
-                [w.path, list(w.shape), str(w.dtype)]
-                for w in getattr(model, "weights", [])
+            + [[w.path, list(w.shape), str(w.dtype)] for w in weights],
+            # The CPU, the devices and the backend's and Keras's versions.
+            "hardware": [
+                hardware.cpu_model() or platform.machine(),
+                devices,
+                backend,
+                keras.__version__,
             ],
-            "hardware": _hardware(),
             "candidates": list(candidates),
             "steps_per_execution": int(steps_per_call),
         }
@@ -101,8 +103,7 @@ class DecisionMemory:
         up_to_steps: int | None = None,
     ) -> None:
         """Keeps `winner` for this key; `up_to_steps` when it holds for
-        runs up to that many steps only (an XLA candidate was not tried
-        because it could not pay back in this run's steps)."""
+        runs up to that many steps only (module docstring)."""
         entry = {
             "base": self.base,
             "winner": winner,
@@ -125,18 +126,3 @@ def directory(cache_status: Any) -> str:
     if cache_status is not None and cache_status.active:
         return cache_status.directory
     return hardware.cache_directory()
-
-
-def _hardware() -> list:
-    """The CPU, the devices and the backend's and Keras's versions."""
-    import keras
-
-    from keras_xla import backends
-
-    devices, backend = backends.machine()
-    return [
-        hardware.cpu_model() or platform.machine(),
-        devices,
-        backend,
-        keras.__version__,
-    ]

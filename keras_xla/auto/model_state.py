@@ -24,7 +24,6 @@ class ModelState:
         self.policy = model.dtype_policy
         self.optimizer = getattr(model, "optimizer", None)
         self.jit = model.jit_compile
-        # Whether auto-clustering is on (`set_jit`); None off TensorFlow.
         self.set_jit = backends.auto_clustering()
 
     def restore(self, model: Any) -> None:
@@ -33,11 +32,7 @@ class ModelState:
                 layer.dtype_policy = policy
         model.dtype_policy = self.policy
         if self.optimizer is not None and model.optimizer is not self.optimizer:
-            model.optimizer = self.optimizer
-            # A loss-scale wrapper went into the compile config too.
-            config = getattr(model, "_compile_config", None)
-            if "optimizer" in (getattr(config, "config", None) or {}):
-                config.config["optimizer"] = self.optimizer
+            precision_lib.set_optimizer(model, self.optimizer)
         xla_setting.set_xla(model, self.jit)
         if self.set_jit not in (None, backends.auto_clustering()):
             backends.set_auto_clustering(self.set_jit)
@@ -60,10 +55,13 @@ def plan_candidates(
     too, between no XLA and `jit_compile`, and no XLA turns it off.
     `devices` are those `recommend_policy` reads (`DeviceInfo`s; by
     default TensorFlow's)."""
-    if jit == AUTO:
-        jits = [False, True] if xla_possible else [False]
-    else:  # configure_jit applied the request where it can work
-        jits = [bool(xla_possible)]
+    if jit != AUTO:  # configure_jit applied the request where it can work
+        modes = [(bool(xla_possible), None)]
+    else:
+        modes = (
+            [(False, False), (False, True)] if clustering else [(False, None)]
+        )
+        modes += [(True, None)] if xla_possible else []
     current = model.dtype_policy.name
     if precision == AUTO:
         recommended, _ = precision_lib.recommend_policy(devices)
@@ -72,12 +70,7 @@ def plan_candidates(
         policies = [
             precision_lib.float_policy(precision).name if precision else current
         ]
-    if clustering and jit == AUTO:
-        modes = [(False, False), (False, True)]
-        modes += [(True, None)] if xla_possible else []
-        candidates = [Candidate(j, p, c) for j, c in modes for p in policies]
-    else:
-        candidates = [Candidate(j, p) for j in jits for p in policies]
+    candidates = [Candidate(j, p, c) for j, c in modes for p in policies]
     return candidates, Candidate(xla_setting.keras_auto_jit(model), "float32")
 
 

@@ -50,12 +50,6 @@ class Drop(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
-    @property
-    def run_length_only(self) -> bool:
-        """Whether the drop holds for this run's length only (a longer
-        run may try the candidate)."""
-        return self in (Drop.PAYBACK, Drop.PREDICTED_PAYBACK)
-
 
 @dataclasses.dataclass(frozen=True)
 class Candidate:
@@ -149,9 +143,6 @@ class Tunables:
 TUNABLES = Tunables()
 
 
-# The schedule's length.
-
-
 def window_calls(
     budget_steps: int,
     n: int,
@@ -164,9 +155,7 @@ def window_calls(
     small."""
     rounds = rounds or t.rounds
     calls = budget_steps // steps_per_call // (rounds * n)
-    if calls < t.min_window_calls:
-        return 0
-    return min(calls, t.max_window_calls)
+    return 0 if calls < t.min_window_calls else min(calls, t.max_window_calls)
 
 
 def schedule(
@@ -186,9 +175,7 @@ def budget_steps(budget: Any, epoch_steps: int | None) -> int | None:
     number of steps); None when the epoch length is unknown."""
     if isinstance(budget, int):
         return budget
-    if not epoch_steps:
-        return None
-    return int(budget * epoch_steps)
+    return int(budget * epoch_steps) if epoch_steps else None
 
 
 def validate_budget(budget: Any) -> None:
@@ -245,14 +232,9 @@ def baseline_steps(epoch_steps: int, t: Tunables = TUNABLES) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class TrialPlan:
-    """A trial's schedule.
-
-    Attributes:
-        calls: Calls per window.
-        rounds: Windows per candidate.
-        spans: Whether the trial spans epochs (a first epoch too short).
-        run_steps: The run's planned train steps, if known.
-    """
+    """A trial's schedule: calls per window, windows per candidate,
+    whether it spans epochs (a first epoch too short), and the run's
+    planned train steps, if known."""
 
     calls: int
     rounds: int
@@ -295,16 +277,11 @@ def trial_plan(
 
 @dataclasses.dataclass(frozen=True)
 class BaselinePlan:
-    """The no-XLA baseline's schedule.
-
-    Attributes:
-        calls: Calls per window.
-        rounds: Windows per side.
-        spans: Whether the windows span epochs (a first epoch too short).
-        warmup_calls: XLA calls trained before the first window.
-        extend_to: The trial position (in calls) extra rounds may reach
-            while the speedup's range is not useful (0: none).
-    """
+    """The no-XLA baseline's schedule: calls per window, windows per
+    side, whether they span epochs (a first epoch too short), XLA calls
+    trained before the first window, and the trial position (in calls)
+    extra rounds may reach while the speedup's range is not useful (0:
+    none)."""
 
     calls: int
     rounds: int
@@ -360,9 +337,6 @@ def unknown_length_plan(
     nominal = math.ceil(t.baseline_steps / t.baseline_share)
     steps = budget if isinstance(budget, int) else 0
     return baseline_plan(nominal, 1, steps_per_call, steps, t)
-
-
-# Which candidates get no more windows.
 
 
 def slower(

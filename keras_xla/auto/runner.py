@@ -25,7 +25,7 @@ from keras_xla.auto import policy
 from keras_xla.auto import trial as trial_lib
 from keras_xla.auto.memory import DecisionMemory
 from keras_xla.auto.model_state import ModelState, configure, plan_candidates
-from keras_xla.auto.policy import Candidate, Status
+from keras_xla.auto.policy import Candidate, Drop, Status
 from keras_xla.auto.trial import Trial
 from keras_xla.core.report import BaselineSection, Decision
 
@@ -140,15 +140,9 @@ def plan(
     previous: tuple[Any, ModelState, Decision] | None,
 ) -> TrialRunner | Decided:
     """Starts the trial (the model in its first candidate's
-    configuration), or settles at once.
-
-    Args:
-        model: The live model, already configured for XLA where possible.
-        request: The request and what this fit allows.
-        original: The model's state before the tuner changed it.
-        previous: `(model, kept state, decision)` of an earlier fit's
-            trial with the same tuner, if any.
-    """
+    configuration), or settles at once. `original` is the model's state
+    before the tuner changed it; `previous`, `(model, kept state,
+    decision)` of an earlier fit's trial with the same tuner, if any."""
     candidates, default = plan_candidates(
         request.jit,
         request.precision,
@@ -194,10 +188,8 @@ def plan(
             '"auto"), then give the job that setting.',
         )
     if not isinstance(plan, policy.TrialPlan):
-        decision = Decision(Status.SKIPPED, None, "", rows)
-        return _fall_back(
-            model, original, request.xla_possible, decision, *plan
-        )
+        skipped = Decision(Status.SKIPPED, None, "", rows)
+        return _fall_back(model, original, request.xla_possible, skipped, *plan)
     memory = None
     if request.memory_dir:
         names = [c.name for c in candidates]
@@ -214,8 +206,6 @@ def plan(
     return runner
 
 
-# Why a fit on data of unknown length has no baseline yet: it runs in
-# the second epoch, whose length the first told.
 DEFERRED_REASON = (
     "the first epoch's length is unknown; the baseline runs in the second"
 )
@@ -253,14 +243,24 @@ def plan_baseline(model: Any, request: Request) -> TrialRunner | Measured:
     if isinstance(plan, str):
         return Measured(BaselineSection(reason=plan))
     if request.workers > 1:
-        # Extra rounds wait on this worker's clock (`_widen`): in a job,
-        # every worker switches at the same steps, those the step counts
-        # alone set.
+        # Extra rounds wait on this worker's clock (`Request.workers`).
         plan = dataclasses.replace(plan, extend_to=0)
+    # XLA first (it trains on after the windows), then the same without
+    # XLA; no dropping: the baseline measures both sides, however clear.
     dtype = model.dtype_policy.name
-    trial, keep = trial_lib.baseline_trial(dtype, plan, spe, t)
+    keep = Candidate(True, dtype)
+    trial = Trial(
+        [keep, Candidate(False, dtype)],
+        keep,
+        plan.calls,
+        spe,
+        plan.rounds,
+        drop=False,
+        tunables=t,
+    )
     runner = TrialRunner(trial, ModelState(model), True, keep=keep)
-    runner.apply(plan)
+    runner.spans, runner.warmup = plan.spans, plan.warmup_calls
+    runner.extend_to = plan.extend_to
     runner.unknown_length = not steps
     runner.switch(model, keep)
     logging.getLogger("tensorflow").addFilter(RETRACE_FILTER)
@@ -268,13 +268,7 @@ def plan_baseline(model: Any, request: Request) -> TrialRunner | Measured:
 
 
 class TrialRunner:
-    """Runs one trial's schedule on the live model.
-
-    Args:
-        trial: The schedule and measurements.
-        original: The model's state before the trial.
-        xla_possible: Whether XLA can be on for this model.
-    """
+    """Runs one trial's (or baseline's) schedule on the live model."""
 
     def __init__(
         self,
@@ -296,23 +290,14 @@ class TrialRunner:
         self._recalled: dict | None = None
         # A baseline trial measures, and then keeps the user's setting.
         self.keep = keep
-        # A baseline's extra rounds and warm-up calls (`policy.BaselinePlan`'s
-        # `extend_to` and `warmup_calls`, given by `apply`).
+        # A baseline's `BaselinePlan.extend_to` and `warmup_calls`.
         self.extend_to = 0
         self.warmup = 0
         self._warming = False
         self.active: Candidate | None = None
         self._states: dict[Candidate, ModelState] = {}
-        # A baseline in an epoch of unknown length (its windows may meet
-        # Keras's end-of-data call).
+        # A baseline in an epoch of unknown length (`plan_baseline`).
         self.unknown_length = False
-
-    def apply(self, plan: policy.BaselinePlan) -> None:
-        """A baseline's schedule beyond its windows: spanning epochs, the
-        warm-up, and how far extra rounds may go."""
-        self.spans = plan.spans
-        self.warmup = plan.warmup_calls
-        self.extend_to = plan.extend_to
 
     def pause(self, records: list, more_epochs: bool) -> bool:
         """Validation or an epoch's end: True if the trial ends here; a
@@ -320,8 +305,7 @@ class TrialRunner:
         goes on while more epochs follow."""
         if not (self.spans and more_epochs) or self.trial.done:
             return True
-        self.trial.close_window(records)
-        return self.trial.done
+        return self.close_window(records)
 
     def new_epoch(self) -> None:
         """The epoch's records were handed over (a trial spanning it)."""
@@ -387,8 +371,7 @@ class TrialRunner:
         names = {c.name for c in self.trial.candidates}
         if entry is not None and entry["winner"] in names:
             self._recalled = entry
-            return True
-        return False
+        return self._recalled is not None
 
     def advance(self, model: Any) -> bool:
         """Before a trial call: puts the model in the scheduled
@@ -435,7 +418,8 @@ class TrialRunner:
         # A winner of a run too short to try XLA holds for runs up to
         # this one's length only: a longer run must try XLA again.
         short = any(
-            b.run_length_only for b in self.trial.dropped_because.values()
+            b in (Drop.PAYBACK, Drop.PREDICTED_PAYBACK)
+            for b in self.trial.dropped_because.values()
         )
         if self.memory is not None and self._signature is not None:
             self.memory.remember(
@@ -495,8 +479,6 @@ class TrialRunner:
         self.switch(model, self.keep)
         trial = self.trial
         no_xla = Candidate(False, self.keep.policy)
-        # The medians and range of each side's steady windows: those
-        # after its first, where two more ran.
         xla_ms = trial.steady_median_ms(self.keep)
         wall, run = trial.wall_by[no_xla], trial.steps_by[no_xla]
         # What the no-XLA windows cost beyond training them with XLA.

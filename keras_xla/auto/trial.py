@@ -52,7 +52,7 @@ class Trial:
     ) -> None:
         # (Read now: a test or benchmark may set `policy.TUNABLES`.)
         self.tunables = tunables or policy.TUNABLES
-        rounds = self.tunables.rounds if rounds is None else rounds
+        self.rounds = self.tunables.rounds if rounds is None else rounds
         self.candidates = candidates
         self.default = default
         self.window_calls = window_calls
@@ -60,7 +60,7 @@ class Trial:
         n = len(candidates)
         self.plan = [
             candidates[(i + r) % n]
-            for r in range(rounds)
+            for r in range(self.rounds)
             for i in range(n)
             for _ in range(window_calls)
         ]
@@ -90,7 +90,6 @@ class Trial:
         self.span: list[tuple[int, int]] = []
         # The fit's epoch the trial's records are in now.
         self.epoch = 0
-        self.rounds = rounds
 
     @property
     def done(self) -> bool:
@@ -149,12 +148,8 @@ class Trial:
 
     def _drop_slower(self) -> None:
         """At a window boundary, candidates that cannot win get no more
-        windows: a measured one whose fastest timed step is clearly slower
-        than the best measured median (`drop_factor`), an unmeasured one
-        whose median the XLA x precision grid predicts clearly slower, and
-        an unmeasured compiling one that cannot pay its compile back in
-        the run's steps left (`policy`'s rules: neither is ever
-        compiled)."""
+        windows (`policy.slower`, `cannot_pay_back`): an unmeasured one
+        dropped so is never compiled."""
         live = [c for c in self.candidates if c not in self.dropped]
         if not self._drop or len(live) < 2 or not self.boundary():
             return  # (mid-window: a paused trial's epoch end)
@@ -173,8 +168,6 @@ class Trial:
         # (Clearly slower holds for any run length; these for this one.)
         for c, because in self.cannot_pay_back(live, best, medians).items():
             slow.setdefault(c, because)
-        if not slow:
-            return
         for c, because in slow.items():
             self.dropped[c] = self._calls * self.steps_per_call
             self.dropped_because[c] = because
@@ -267,37 +260,33 @@ class Trial:
             row.dropped_because = self.dropped_because.get(c)
             rows.append(row)
         measured = [c for c in self.candidates if medians[c] is not None]
-        # A candidate dropped on a prediction has no timing, and needs none.
+        # A candidate dropped on a prediction has no timing, and needs none;
+        # with none measured, none was dropped (`_drop_slower`).
         live = [c for c in self.candidates if c not in self.dropped]
-        unmeasured = [c for c in live if medians[c] is None]
+        unmeasured = [c.name for c in live if medians[c] is None]
+        trial_steps = self._calls * self.steps_per_call
         decision = Decision(
             status=Status.SKIPPED,
             winner=None,
             reason="",
             candidates=rows,
             default=self.default.name,
-            trial_steps=self._calls * self.steps_per_call,
+            trial_steps=trial_steps,
             trial_seconds=round(self._wall, 3),
         )
-        # (With none unmeasured, every other candidate was dropped.)
-        if unmeasured or not measured:
-            missing = [c.name for c in unmeasured] or [
-                c.name for c in self.candidates if c not in measured
-            ]
-            decision.reason = "too few timed steps of " + ", ".join(missing)
+        if unmeasured:
+            decision.reason = "too few timed steps of " + ", ".join(unmeasured)
             return None, decision
         winner = min(measured, key=lambda c: medians[c])
         decision.status, decision.winner = Status.DECIDED, winner.name
-        speedup, steps = versus_default(
+        decision.speedup_vs_default, decision.break_even_steps = versus_default(
             winner, self.default, medians, self.first_call_excess(winner)
         )
-        decision.speedup_vs_default = speedup
-        decision.break_even_steps = steps
+        # (A range means the default was measured: it has a speedup.)
         found = self.speedup_range(self.default, winner)
-        if speedup is not None and winner != self.default and found:
+        if winner != self.default and found:
             decision.speedup_low = round(found[0], 3)
             decision.speedup_high = round(found[1], 3)
-        trial_steps = self._calls * self.steps_per_call
         best = medians[winner]
         firsts, slower = beyond_winner(
             first_calls={c: self.first_call_excess(c) for c in self._first},
@@ -329,29 +318,6 @@ class Trial:
             if unpaid:
                 decision.reason += f"; {', '.join(unpaid)} not tried ({text})"
         return winner, decision
-
-
-def baseline_trial(
-    policy_name: str,
-    plan: policy.BaselinePlan,
-    steps_per_call: int,
-    t: Tunables | None = None,
-) -> tuple[Trial, Candidate]:
-    """The baseline's windows (`plan`): XLA on at `policy_name` first (the
-    candidate that trains on after them, returned too), then the same
-    without XLA; no dropping: the baseline measures both sides, however
-    clear."""
-    keep = Candidate(True, policy_name)
-    trial = Trial(
-        [keep, Candidate(False, policy_name)],
-        keep,
-        plan.calls,
-        steps_per_call,
-        rounds=plan.rounds,
-        drop=False,
-        tunables=t,
-    )
-    return trial, keep
 
 
 def unbursted(times: list[float], share: float) -> list[float]:
@@ -461,11 +427,8 @@ def beyond_winner(
     own = excess.get(winner, 0.0)
     twins = [c for c in excess if c != winner and c.policy == winner.policy]
     twin_trace = max((traced[c] for c in twins), default=0.0)
-    shared = winner in traced and not traced[winner]
-    if winner != opening and shared and twin_trace:
-        alone = max(excess[opening], twin_trace + own)
-    else:
-        alone = max(excess[opening], own)
+    shared = winner != opening and winner in traced and not traced[winner]
+    alone = max(excess[opening], own + (twin_trace if shared else 0.0))
     return sum(excess.values()) - alone, wall - sum(excess.values())
 
 
@@ -479,11 +442,5 @@ def versus_default(
     if base is None:
         return None, None
     gain = base - medians[winner]
-    seconds = compile_seconds or 0.0
-    if winner == default:
-        steps = 0
-    elif gain > 0:
-        steps = math.ceil(seconds / gain)
-    else:
-        steps = None
-    return round(base / medians[winner], 4), steps
+    steps = math.ceil((compile_seconds or 0.0) / gain) if gain > 0 else None
+    return round(base / medians[winner], 4), 0 if winner == default else steps
