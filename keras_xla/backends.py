@@ -20,8 +20,7 @@ from typing import Any
 TENSORFLOW, JAX = "tensorflow", "jax"
 SERVED = (TENSORFLOW, JAX)
 
-# Each backend's package (its parts are modules there), and its fit
-# adapter's class.
+# Each backend's package (a part is a module there) and fit adapter.
 _PACKAGES = {
     TENSORFLOW: ("keras_xla.tf_backend", "TFFitAdapter"),
     JAX: ("keras_xla.jax_backend", "JaxFitAdapter"),

@@ -89,8 +89,7 @@ def fixed_slice(
             left = tf.random.uniform([], 0, room_w + 1, tf.int32, seed=seed)
     else:
         top, left = _pair(offset, "offset", minimum=0)
-        top = tf.minimum(top, room_h)
-        left = tf.minimum(left, room_w)
+        top, left = tf.minimum(top, room_h), tf.minimum(left, room_w)
     out = tf.slice(image, [top, left, 0], [height, width, -1])
     out.set_shape([height, width, image.shape[-1]])
     return out
@@ -211,15 +210,14 @@ def bucket_by_length(
 
 
 def _pad_batch(batch, batch_size, pad_with, x_pad_value=0):
-    x, y = batch[0], batch[1]
-    weights = batch[2] if len(batch) > 2 else None
+    x, y, *weights = batch
     n = tf.shape(tf.nest.flatten(x)[0])[0]
     missing = batch_size - n
     real = tf.fill(
         [n], tf.cast(batch_size, tf.float32) / tf.cast(n, tf.float32)
     )
-    if weights is not None:
-        real = real * tf.cast(weights, tf.float32)
+    if weights:  # the element's own sample weights
+        real = real * tf.cast(weights[0], tf.float32)
     weights = tf.concat([real, tf.zeros([missing], tf.float32)], axis=0)
     weights.set_shape([batch_size])
 
@@ -237,7 +235,6 @@ def _pad_batch(batch, batch_size, pad_with, x_pad_value=0):
 
 
 def _is_int(value) -> bool:
-    """An int or a numpy integer, not a bool."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 

@@ -20,13 +20,8 @@ from keras_xla.core.summaries import JOB_TAG, EventWriter, write_epoch
 
 
 class FitOutputs:
-    """Writes one fit's outputs to `settings.log_dir` (nothing if None).
-
-    Args:
-        settings: The tuner's checked arguments.
-        report: The fit's `XLAReport`.
-        book: The fit's `FindingBook`.
-    """
+    """Writes one fit's outputs to `settings.log_dir` (nothing if None):
+    its `XLAReport`, and failures into its `FindingBook`."""
 
     def __init__(self, settings: Any, report: Any, book: Any) -> None:
         self.settings, self.report, self.book = settings, report, book
@@ -77,13 +72,8 @@ class FitOutputs:
         """The job's report (the chief's), into this run's TensorBoard
         events for the XLA tab; before `write()` closes the writer."""
         if self.writer is not None:
-            self.safely(
-                "the job report's TensorBoard tensor",
-                self.writer.write_report,
-                step,
-                job_json,
-                JOB_TAG,
-            )
+            what = "the job report's TensorBoard tensor"
+            self.safely(what, self.writer.write_report, step, job_json, JOB_TAG)
 
     def _write_pending(self) -> None:
         """The files held back, after the JSON; one that fails is named
@@ -97,11 +87,10 @@ class FitOutputs:
             )
         ]
         hlo = self.report.hlo
-        for path in failed:
-            if hlo is not None and hlo.module == path:
-                hlo.module = None
-            if hlo is not None and hlo.text == path:
-                hlo.text = None
+        if hlo is not None and hlo.module in failed:
+            hlo.module = None
+        if hlo is not None and hlo.text in failed:
+            hlo.text = None
         if failed:
             self.safely("the report JSON", self.report.write, self.log_dir)
 
@@ -127,13 +116,10 @@ def claim_log_dir(
         held = files.hold(os.path.join(mine, REPORT_FILENAME))
     except OSError:
         return None, log_dir, None
-    return (
-        held,
-        mine,
-        (
-            f"Another process's fit is writing its report into "
-            f"log_dir={log_dir!r}; this fit's report and TensorBoard run "
-            f"went to {mine!r}, so neither overwrites the other.",
-            "Give each run its own log_dir (a sweep: one folder per run).",
-        ),
+    message = (
+        f"Another process's fit is writing its report into "
+        f"log_dir={log_dir!r}; this fit's report and TensorBoard run "
+        f"went to {mine!r}, so neither overwrites the other."
     )
+    fix = "Give each run its own log_dir (a sweep: one folder per run)."
+    return held, mine, (message, fix)

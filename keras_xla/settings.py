@@ -1,12 +1,5 @@
-"""XLATuner's arguments as one checked value.
-
-`Settings.checked(**arguments)` raises a `ValueError` naming the
-argument, the value received and the fix, or returns the arguments
-normalized (paths as strings, numpy integers as ints); the tuner holds
-that one value, and each fit reads it. `ARGUMENTS` are its fields that
-are the tuner's arguments; the rest is what the process found when the
-tuner was made.
-"""
+"""XLATuner's arguments as one checked value, `Settings`: the tuner holds
+it, and each fit reads it."""
 
 from __future__ import annotations
 
@@ -55,8 +48,8 @@ class Settings:
 
     @classmethod
     def checked(cls, **arguments: Any) -> Settings:
-        """The arguments, checked and normalized; `ValueError` for the
-        first unsupported one."""
+        """The arguments, checked (`check_arguments`) and normalized
+        (paths as strings, numpy integers as ints)."""
         check_arguments(**arguments)
         a = arguments
         log_dir, steps = a["log_dir"], a["profile_steps"]
@@ -119,8 +112,6 @@ class Settings:
         )
 
 
-# `XLATuner(on_unsupported=...)`: what to do with ops XLA cannot compile.
-ON_UNSUPPORTED = ("fallback", "raise")
 # The tuner's arguments that are True or False, and what True means.
 FLAGS = {
     "strict": "raise on the tuner's own failures",
@@ -155,7 +146,7 @@ def check_arguments(**arguments: Any) -> None:
     for name, choices in (
         ("jit_compile", (*xla_setting.JIT_CHOICES, "auto")),
         ("verbose", (0, 1)),
-        ("on_unsupported", ON_UNSUPPORTED),
+        ("on_unsupported", ("fallback", "raise")),
         ("on_recompile_storm", guard.ACTIONS),
         ("analyze_hlo", (True, False, "compile")),
     ):
@@ -179,10 +170,9 @@ def check_arguments(**arguments: Any) -> None:
             "the peak FLOP/s (a number > 0), 'measure' or None."
         )
     for name, meaning in FLAGS.items():
-        value = a[name]
-        if not isinstance(value, (bool, np.bool_)):
+        if not isinstance(a[name], (bool, np.bool_)):
             raise ValueError(
-                f"Unsupported value `XLATuner({name}={value!r})`: pass True "
+                f"Unsupported value `XLATuner({name}={a[name]!r})`: pass True "
                 f"({meaning}) or False."
             )
     validate_budget(as_int(a["trial_budget"]))
@@ -202,9 +192,7 @@ def check_arguments(**arguments: Any) -> None:
 
 def as_int(value: Any) -> Any:
     """A numpy integer as a Python int (anything else unchanged)."""
-    if isinstance(value, np.integer):
-        return int(value)
-    return value
+    return int(value) if isinstance(value, np.integer) else value
 
 
 def check_profile_steps(steps: Any) -> tuple[int, int]:

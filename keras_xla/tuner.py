@@ -11,6 +11,7 @@ it or reaches into it.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import os
 from typing import Any
@@ -281,8 +282,6 @@ class XLATuner(keras.callbacks.Callback):
         """The `XLAReport` of the current (or last) `fit`."""
         return self._report
 
-    # Keras hooks: each one hands over to the fit's owner, guarded.
-
     def on_train_begin(self, logs=None):
         stale = self._run
         if stale is not None and stale.active:
@@ -296,8 +295,7 @@ class XLATuner(keras.callbacks.Callback):
         self._report = self._run.report
         callbacks = _callback_list(self)
         listed = getattr(callbacks, "callbacks", ())
-        tuners = [c for c in listed if isinstance(c, XLATuner)]
-        first = tuners[0] if tuners else self
+        first = next((c for c in listed if isinstance(c, XLATuner)), self)
         if first is not self:
             # Two owners of one model's step functions would each see half
             # the truth: the first one does the work, this one says so.
@@ -332,24 +330,16 @@ class XLATuner(keras.callbacks.Callback):
         self._guarded("on_train_batch_end", self._run.step_end, "train", batch)
 
     def on_test_begin(self, logs=None):
-        if self._run is not None:
-            self._guarded("on_test_begin", self._run.test_begin)
+        self._validation("on_test_begin", "test_begin")
 
     def on_test_batch_begin(self, batch, logs=None):
-        if self._run is not None:
-            self._guarded(
-                "on_test_batch_begin", self._run.step_begin, "test", batch
-            )
+        self._validation("on_test_batch_begin", "step_begin", "test", batch)
 
     def on_test_batch_end(self, batch, logs=None):
-        if self._run is not None:
-            self._guarded(
-                "on_test_batch_end", self._run.step_end, "test", batch
-            )
+        self._validation("on_test_batch_end", "step_end", "test", batch)
 
     def on_test_end(self, logs=None):
-        if self._run is not None:
-            self._guarded("on_test_end", self._run.test_end)
+        self._validation("on_test_end", "test_end")
 
     def on_epoch_end(self, epoch, logs=None):
         figures = self._guarded("on_epoch_end", self._run.epoch_end, epoch)
@@ -364,19 +354,22 @@ class XLATuner(keras.callbacks.Callback):
         self._previous_trial = self._run.trial_result
 
     def _train_end(self) -> None:
-        run = self._run
-        self._previous_trial = run.trial_result
-        summary = run.end()
+        self._previous_trial = self._run.trial_result
+        summary = self._run.end()
         if summary is None:
             return
         logger.info("keras_xla summary:\n%s", summary)
         if self.verbose:
             io_utils.print_msg(summary)
 
-    # Failures of the tuner itself never stop training.
+    def _validation(self, hook: str, method: str, *args) -> None:
+        """A validation hook: an `evaluate()` outside a fit has no owner."""
+        if self._run is not None:
+            self._guarded(hook, getattr(self._run, method), *args)
 
     def _guarded(self, hook: str, fn, *args) -> Any:
-        """`fn(*args)`'s result; None where it failed (recorded)."""
+        """`fn(*args)`'s result; None where it failed (recorded): the
+        tuner's own failures never stop training."""
         try:
             return fn(*args)
         except Exception as error:  # noqa: BLE001
@@ -390,7 +383,6 @@ class XLATuner(keras.callbacks.Callback):
                 "without this diagnostic.",
                 (hook, type(error).__name__, str(error)),
             )
-            return None
 
 
 # What the tuner raises because the user asked it to (`on_unsupported`,
@@ -411,8 +403,6 @@ _LOOP_HOOKS = tuple(
 def _callback_list(tuner: XLATuner):
     """The Keras callback list that is calling `tuner`'s hook, found on
     the call stack; None if it cannot be found."""
-    import inspect
-
     frame = inspect.currentframe()
     try:
         for _ in range(8):

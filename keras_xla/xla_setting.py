@@ -17,22 +17,18 @@ JIT_CHOICES = (True, False, None)
 
 def layers_without_jit(model: Any) -> list[str]:
     """Names (with class) of the layers that declare `supports_jit=False`."""
-    names = []
-    for layer in model._flatten_layers(include_self=False):
-        if not getattr(layer, "supports_jit", True):
-            names.append(f"{layer.name} ({type(layer).__name__})")
-    return names
+    return [
+        f"{layer.name} ({type(layer).__name__})"
+        for layer in model._flatten_layers(include_self=False)
+        if not getattr(layer, "supports_jit", True)
+    ]
 
 
 def set_xla(model: Any, on: bool) -> bool:
-    """Sets `model.jit_compile`: the one place keras_xla writes it.
-
-    Keras refuses `True` for a model with a `supports_jit=False` layer
-    (and warns; keras_xla reports the precise cause itself).
-
-    Returns:
-        The setting in force afterwards.
-    """
+    """Sets `model.jit_compile`, the one place keras_xla writes it, and
+    returns the setting in force afterwards: Keras refuses `True` for a
+    model with a `supports_jit=False` layer (and warns; keras_xla reports
+    the precise cause itself)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model.jit_compile = bool(on)
@@ -51,6 +47,4 @@ def keras_auto_jit(model: Any) -> bool:
 def compiled_jit_setting(model: Any) -> Any:
     """The `jit_compile` the model was compiled with (None: unknown)."""
     config = getattr(model, "_compile_config", None)
-    if config is None:
-        return None
-    return getattr(config, "config", {}).get("jit_compile")
+    return (getattr(config, "config", None) or {}).get("jit_compile")
