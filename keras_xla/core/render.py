@@ -5,11 +5,6 @@ One renderer for every place a report is read: the train-end summary,
 TensorBoard's text summaries. The same epoch table, with the same
 column names, serves the summary and the command line.
 
-A report read from a file may hold anything: `printable_report` escapes
-the control characters of every string in it (and `printable` those of a
-path or label) before the command line renders it for a terminal, and
-`json_text` writes strict JSON (no NaN or Infinity).
-
 Pure logic: nothing here imports TensorFlow or Keras.
 """
 
@@ -85,9 +80,9 @@ def printable_report(value: Any) -> Any:
 
 
 def json_text(value: Any) -> str:
-    """`value` as strict JSON, indented: NaN and infinities are written
-    as null, tuples as lists; control characters are escaped (ASCII
-    only)."""
+    """`value` as strict JSON (a report read from a file may hold
+    anything), indented: NaN and infinities are written as null, tuples
+    as lists; control characters are escaped (ASCII only)."""
     return json.dumps(_json_safe(value), indent=2, allow_nan=False)
 
 
@@ -278,7 +273,7 @@ def decision_line(decision: Decision | None) -> list[str]:
         return []
     speedup = decision.speedup_vs_default
     tail = (
-        f"{speedup:.2f}x{_decision_range(decision)} Keras's default "
+        f"{speedup:.2f}x{_speedup_range(decision)} Keras's default "
         f"{decision.default}, paying back "
         f"its compile in {decision.break_even_steps} steps."
         if speedup
@@ -287,8 +282,9 @@ def decision_line(decision: Decision | None) -> list[str]:
     return [f"Trial: {decision.winner} won ({decision.reason}); " + tail]
 
 
-def _decision_range(d: Decision) -> str:
-    """` (low-high)` of the trial's speedup, where it has one."""
+def _speedup_range(d: Decision | Verdict) -> str:
+    """` (low-high)` of a speedup (the trial's, the verdict's), where it
+    has one."""
     if d.speedup_low is None or d.speedup_high is None:
         return ""
     return f" ({d.speedup_low:.2f}-{d.speedup_high:.2f})"
@@ -326,10 +322,9 @@ def _windows_where(b) -> str:
         if e0 == e1
         else f"epoch {e0} step {s0} to epoch {e1} step {s1}"
     )
-    rounds = f"{b.rounds} rounds of " if b.get("rounds") else ""
-    settling = b.get("settling_rounds") or 0
-    if rounds and settling:
-        rounds = f"the last {b.rounds - settling} of {rounds}"
+    rounds = f"{b.rounds} rounds of " if b.rounds else ""
+    if rounds and b.settling_rounds:
+        rounds = f"the last {b.rounds - b.settling_rounds} of {rounds}"
     return (
         f" (medians of {rounds}interleaved windows, {where}; the epoch "
         "table's median is over all of an epoch's steady steps)"
@@ -358,9 +353,8 @@ def verdict_markdown(verdict: Verdict, baseline=None) -> str:
     v = verdict
     lines = [f"**{_md(v.headline)}**", ""]
     speedup = number(v.speedup)
-    low, high = v.get("speedup_low"), v.get("speedup_high")
-    if v.speedup is not None and low is not None and high is not None:
-        speedup += f" ({number(low)}-{number(high)})"
+    if v.speedup is not None:
+        speedup += _speedup_range(v)
     lines += [
         "| no-XLA step ms (baseline windows) | XLA step ms (baseline "
         "windows) | speedup (range) | compile s | "
@@ -433,7 +427,7 @@ def decision_markdown(decision: Decision | None) -> str:
     if d.speedup_vs_default is not None:
         lines.append(
             f"Speedup over Keras's default (`{d.default}`): "
-            f"{d.speedup_vs_default:.2f}x{_decision_range(d)}; the "
+            f"{d.speedup_vs_default:.2f}x{_speedup_range(d)}; the "
             "winner's compile pays "
             f"back in {d.break_even_steps} steps. Trial: "
             f"{d.trial_steps} steps, {number(d.trial_seconds, 1)} s."
