@@ -141,7 +141,8 @@ class CandidateResult(Section):
     measured_steps: int = 0
     median_step_ms: float | None = None
     compile_seconds: float | None = None
-    # Given no more windows after this many trial steps, and why.
+    # Given no more windows after this many trial steps (it was clearly
+    # slower), and why.
     dropped_after_steps: int | None = None
     dropped_because: str | None = None
 
@@ -153,8 +154,7 @@ class Decision(Section):
     `status` is `decided`, `reused` (a second fit kept the first fit's
     winner), `remembered` (an earlier run's winner for the same model,
     inputs, hardware and versions), `single-candidate` or `skipped`
-    (`winner` is then None). A candidate's `dropped_after_steps` says when
-    it was clearly slower and got no more windows.
+    (`winner` is then None).
     """
 
     status: str
