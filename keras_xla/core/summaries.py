@@ -57,9 +57,7 @@ def epoch_scalars(stats, hlo: dict | None = None) -> dict[str, float]:
 
 
 class EventWriter:
-    """A lazily created event writer for the tuner's summaries, on every
-    backend: TensorBoard's protos in an `event_file.EventFile`, without
-    TensorFlow.
+    """A lazily created event writer for the tuner's summaries.
 
     Args:
         log_dir: The TensorBoard log directory (the one passed to
