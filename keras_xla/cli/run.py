@@ -47,14 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--steps",
         type=int,
-        default=None,
         help="end each fit cleanly after this many train steps",
     )
     parser.add_argument(
         "--compare",
         nargs="+",
         metavar="AXIS=V1,V2",
-        default=None,
         help="run the script once per configuration and compare: "
         "backend=tensorflow,jax and jit=on,off (each in its own process)",
     )
@@ -180,13 +178,14 @@ def run_script(
     module = args.module is not None
     name = target if module else os.path.splitext(os.path.basename(target))[0]
     hook = script_lib.FitHook(args.log_dir, name, given, args.steps)
-    result = script_lib.execute(target, script_args, hook, module=module)
+    code, error = script_lib.execute(target, script_args, hook, module=module)
     sys.stdout.flush()
-    if not result.fits:
+    if not hook.fits:
         tell(f"no fit() ran in {target}.")
-    for fit in result.fits:
+    for fit in hook.fits:
         tell(script_lib.describe(fit))
-    if args.result:
+    if args.result:  # the run as JSON, for `--compare`
+        fits = [fit.figures() for fit in hook.fits]
         with open(args.result, "w", encoding="utf-8") as f:
-            json.dump(script_lib.result_dict(result), f)
-    return result.code
+            json.dump({"code": code, "error": error, "fits": fits}, f)
+    return code

@@ -74,16 +74,6 @@ class ScriptFit:
         }
 
 
-@dataclasses.dataclass
-class ScriptResult:
-    """What running the script gave: its exit code, its fits, and the
-    error it raised (None when it exited on its own)."""
-
-    code: int
-    fits: list
-    error: BaseException | None = None
-
-
 def stop_after_steps(steps: int) -> Any:
     """A Keras callback that ends a fit cleanly (`stop_training`) once it
     has trained `steps` train steps, counted from the batch-end hooks'
@@ -109,16 +99,10 @@ def stop_after_steps(steps: int) -> Any:
 
 
 class FitHook:
-    """Adds a tuner to each fit of Keras's models while it is installed.
-
-    Args:
-        log_dir: The reports' root: fit n of the script named `name`
-            writes under `<log_dir>/<name>/fit-<n>`; None for no files.
-        name: The script's (or module's) name.
-        arguments: The tuner's arguments (`XLATuner(**arguments)`).
-        steps: End each fit after this many train steps (None: as the
-            script says).
-    """
+    """Adds `XLATuner(**arguments)` to each fit of Keras's models while
+    it is installed: fit n of the script `name` writes under
+    `<log_dir>/<name>/fit-<n>` (no files without `log_dir`), and ends
+    after `steps` train steps where given."""
 
     def __init__(
         self,
@@ -216,10 +200,11 @@ class _KerasFinder(importlib.abc.MetaPathFinder):
 
 def execute(
     target: str, args: Sequence[str], hook: FitHook, module: bool = False
-) -> ScriptResult:
+) -> tuple[int, str | None]:
     """Runs the script at `target` (a module's name with `module`) as
     `__main__` with `args` as its arguments, `hook` installed; returns
-    its exit code and fits. Its error's traceback is printed as Python
+    its exit code and, where it raised, its error's last line (None when
+    it exited on its own). Its error's traceback is printed as Python
     prints it, from the script's first frame."""
     argv, path = sys.argv[:], sys.path[:]
     sys.argv = [target, *args]
@@ -236,13 +221,13 @@ def execute(
     except SystemExit as exit_:
         code = exit_code(exit_.code)
     except BaseException as raised:  # noqa: BLE001 - the script's own
-        code, error = 1, raised
+        code, error = 1, f"{type(raised).__name__}: {raised}"
         print_script_error(raised, target, module)
     finally:
         hook.uninstall()
         sys.argv = argv
         sys.path[:] = path
-    return ScriptResult(code, hook.fits, error)
+    return code, error
 
 
 def describe(fit: ScriptFit) -> str:
@@ -255,19 +240,6 @@ def describe(fit: ScriptFit) -> str:
     if not report.epochs:
         verdict = "it trained no epoch the tuner saw"
     return f"{fit.name}{where}{own}: {verdict or 'no verdict'}"
-
-
-def result_dict(result: ScriptResult) -> dict:
-    """The run as JSON: its exit code, its error's last line, its fits'
-    figures."""
-    error = None
-    if result.error is not None:
-        error = f"{type(result.error).__name__}: {result.error}"
-    return {
-        "code": result.code,
-        "error": error,
-        "fits": [fit.figures() for fit in result.fits],
-    }
 
 
 def exit_code(code: Any) -> int:
