@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TF loads
 
-from keras_xla import backends  # noqa: E402
+from keras_xla import __version__, backends  # noqa: E402
 from keras_xla.cli.report import run_report  # noqa: E402
 from keras_xla.core.report import REPORT_FILENAME  # noqa: E402
 
@@ -41,8 +41,6 @@ def build_parser() -> argparse.ArgumentParser:
         prog="keras-xla",
         description="Check XLA's setup and read keras_xla reports.",
     )
-    from keras_xla import __version__
-
     parser.add_argument(
         "--version", action="version", version=f"keras-xla {__version__}"
     )

@@ -107,26 +107,23 @@ def command(
     config: Configuration,
     jit: str,
     passed: list[str],
-    target: str,
-    module: bool,
-    script_args: list[str],
+    script: list[str],
     log_dir: str,
 ) -> list[str]:
-    """The `keras-xla run` command of one configuration, its result file
-    `{result}`; `jit` is the `--jit-compile` of a configuration without
-    its own (the user's flag, else `none`: the tuner keeps the script's
-    setting)."""
+    """The `keras-xla run` command of one configuration (`script` its
+    script's part), its result file `{result}`; `jit` is the
+    `--jit-compile` of a configuration without its own (the user's flag,
+    else `none`: the tuner keeps the script's setting)."""
     out = [sys.executable, "-m", "keras_xla", "run", *passed]
     out += ["--log-dir", os.path.join(log_dir, config.slug)]
     out += ["--result", "{result}"]
     out += ["--jit-compile", JIT_FLAG.get(config.jit, jit)]
-    out += ["-m", target] if module else [target]
-    return out + list(script_args)
+    return out + script
 
 
 def run_once(config: Configuration, argv: list[str]) -> dict:
     """Runs one configuration (the user's environment, with its backend);
-    its result (`cli.script.result_dict`), its exit code, and the last
+    its result (`cli.run.run_script`'s JSON), its exit code, and the last
     lines the script printed on stderr (the command's own lines left out:
     they are verdicts, not failures)."""
     from keras_xla import backends
@@ -486,7 +483,9 @@ def main(args, given: dict, target: str, script_args: list) -> int:
         tell(str(error))
         return USAGE_ERROR
     configs = configurations(axes)
-    module = args.module is not None
+    script = [target, *script_args]
+    if args.module is not None:
+        script.insert(0, "-m")
     # Each configuration is measured whole: the tuner's own no-XLA
     # baseline windows would only slow the XLA runs down (the no-XLA
     # configurations are runs of their own), unless asked for.
@@ -502,9 +501,7 @@ def main(args, given: dict, target: str, script_args: list) -> int:
         for config in order:
             if len(results[config]) > round_:
                 continue  # the script's default ran as this one
-            argv = command(
-                config, jit, passed, target, module, script_args, args.log_dir
-            )
+            argv = command(config, jit, passed, script, args.log_dir)
             result = run_once(config, argv)
             tell(f"round {round_ + 1}: {config.label} done")
             same = twin(configs, result) if config.default else None
@@ -548,19 +545,14 @@ def write(log_dir: str, comparison: dict) -> None:
     """The comparison beside its runs: `xla_compare.json`, and for the
     XLA tab its own TensorBoard run (`comparison`, tag `xla/compare`). A
     failure to write costs only the file."""
-    from keras_xla.core import files
-    from keras_xla.core.summaries import (
-        COMPARE_TAG,
-        COMPARISON_RUN,
-        EventWriter,
-    )
+    from keras_xla.core import files, summaries
 
     text = json.dumps(comparison, indent=2)
     try:
         os.makedirs(log_dir, exist_ok=True)
         files.write_whole(os.path.join(log_dir, COMPARE_FILENAME), text)
-        writer = EventWriter(log_dir, COMPARISON_RUN)
-        writer.write_report(0, text, COMPARE_TAG)
+        writer = summaries.EventWriter(log_dir, summaries.COMPARISON_RUN)
+        writer.write_report(0, text, summaries.COMPARE_TAG)
         writer.close()
     except OSError as error:
         tell(f"the comparison was not written: {error}")

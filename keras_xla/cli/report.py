@@ -84,11 +84,11 @@ def render_report(args: argparse.Namespace, runs: list) -> str:
         os.path.basename(os.path.dirname(os.path.abspath(path)))
         for _, path in runs
     ]
-    if len(runs) == 1 and args.json:
-        return render.json_text(runs[0][0].to_dict())
+    reports = [report for report, _ in runs]
+    if args.json and len(runs) == 1:
+        return render.json_text(reports[0].to_dict())
     if args.json:
-        first, second = (report for report, _ in runs)
-        return render.json_text(compare.compare(first, second, labels))
+        return render.json_text(compare.compare(*reports, labels))
     shown = [
         (render.printable_report(report), render.printable(path))
         for report, path in runs
