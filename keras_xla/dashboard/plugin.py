@@ -5,10 +5,9 @@ A small WSGI app under `/data/plugin/xla/`. Each route reads TensorBoard's
 data provider (the report tensors written with this plugin's name, and
 the `xla/step_time_ms` scalars beside them) and answers JSON:
 
-- `runs`: `{"runs": [{run, headline, xla_enabled, ...}], "comparisons":
-  [...], "empty": ...}`, `comparisons` the results of `keras-xla run
-  --compare` (`views.comparison_entry`), `empty` saying how to add the
-  tuner when no run holds its report;
+- `runs`: the run list (`views.run_entry`), the results of `keras-xla run
+  --compare` (`comparisons`) and, when no run holds the tuner's report,
+  how to add it (`empty`);
 - `report?run=R`: the run's view (`views.run_view`);
 - `compare?a=R1&b=R2`: two runs side by side (`views.comparison_view`).
 
@@ -90,13 +89,11 @@ class XLAPlugin(base_plugin.TBPlugin):
             downsample=MAX_REPORTS,
             run_tag_filter=provider.RunTagFilter(runs=runs, tags=[tag]),
         )
-        latest = {}
-        for run, tags in found.items():
-            data = tags.get(tag) or []
-            if data:
-                last = max(data, key=lambda d: (d.wall_time, d.step))
-                latest[run] = _text(last.numpy)
-        return latest
+        return {
+            run: _text(max(data, key=lambda d: (d.wall_time, d.step)).numpy)
+            for run, tags in found.items()
+            if (data := tags.get(tag))
+        }
 
     def _reports(self, request, runs=None) -> dict:
         """`{run: XLAReport}`: the latest report of each run, or of

@@ -154,9 +154,7 @@ def slow_steps(report: XLAReport) -> list[dict]:
     return [
         {
             "global_step": offsets[e.epoch][0] + s["step"],
-            "kind": s["kind"],
-            "ms": s["ms"],
-            "seconds": s["seconds"],
+            **{k: s[k] for k in ("kind", "ms", "seconds")},
         }
         for e in report.epochs
         for s in e.spikes
