@@ -206,26 +206,20 @@ def _read_contents(
     spec = _CONTENTS.get(key)
     if spec is None or not isinstance(value, (dict, list, tuple)):
         return value
-    if isinstance(value, dict):
-        kept = {k: v for k, v in value.items() if _item_fits(spec, v)}
-        skipped += [
-            f"{where}.{k} (bad value {shown(v)})"
-            for k, v in value.items()
-            if k not in kept
-        ]
-        return kept
     length = _LENGTHS.get(key)
     if length is not None:
         good = len(value) == length
         good = good and all(_item_fits(spec, item) for item in value)
         return list(value) if good else _BAD
-    items = []
-    for i, item in enumerate(value):
+    is_dict = isinstance(value, dict)
+    kept = {}
+    for k, item in value.items() if is_dict else enumerate(value):
         if _item_fits(spec, item):
-            items.append(item)
+            kept[k] = item
         else:
-            skipped.append(f"{where}[{i}] (bad value {shown(item)})")
-    return items
+            at = f".{k}" if is_dict else f"[{k}]"
+            skipped.append(f"{where}{at} (bad value {shown(item)})")
+    return kept if is_dict else list(kept.values())
 
 
 def _item_fits(spec: str | dict[str, str], item: Any) -> bool:
