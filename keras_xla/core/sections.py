@@ -71,9 +71,7 @@ class ClusteringSection(Section):
     @property
     def share(self) -> float | None:
         """The share of the train step's ops under XLA, if known."""
-        if not self.step_ops:
-            return None
-        return self.ops_in_clusters / self.step_ops
+        return self.ops_in_clusters / self.step_ops if self.step_ops else None
 
 
 @dataclasses.dataclass
