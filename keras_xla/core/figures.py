@@ -140,9 +140,7 @@ def _tflops(stats: Any, hlo: dict | None) -> float | None:
     """FLOP/s at the epoch's median step, in TFLOP/s."""
     median_ms = stats.step_time_ms.get("median")
     flops = (hlo or {}).get("flops_per_step")
-    if not (median_ms and flops):
-        return None
-    return flops / (median_ms / 1000.0) / 1e12
+    return flops / (median_ms / 1000.0) / 1e12 if median_ms and flops else None
 
 
 def _hlo(key: str) -> Callable[[Any, dict | None], float | None]:
