@@ -14,6 +14,7 @@ import dataclasses
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -147,12 +148,8 @@ def epoch_table(report: XLAReport, totals: bool = False) -> list[str]:
 def spikes_line(report: XLAReport) -> list[str]:
     """The train steps that stood out, by what explains them (the
     seconds of those nothing explains); nothing when none did."""
-    counts: dict[str, int] = {}
-    unexplained = 0.0
-    for e in report.epochs:
-        for spike in e.spikes:
-            counts[spike["kind"]] = counts.get(spike["kind"], 0) + 1
-        unexplained += e.unexplained_seconds
+    counts = Counter(s["kind"] for e in report.epochs for s in e.spikes)
+    unexplained = sum(e.unexplained_seconds for e in report.epochs)
     if not counts:
         return []
     kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
@@ -491,10 +488,8 @@ def full_report(report: XLAReport, path: str) -> str:
         change = f"{r.before} -> {r.after}"
         rows.append((*where, dims, change, causes, number(r.compile_seconds)))
     lines += format_table(rows) if report.recompilations else []
-    guard = guard_line(report.guard)
-    lines += ["", *guard] if guard else []
-    baseline = baseline_line(report.baseline)
-    lines += ["", *baseline] if baseline else []
+    for block in (guard_line(report.guard), baseline_line(report.baseline)):
+        lines += ["", *block] if block else []
     if report.decision:
         lines += ["", "Trial decision", decision_markdown(report.decision)]
     lines += hlo_lines(report.hlo) + profile_lines(report.profile)
