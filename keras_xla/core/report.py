@@ -16,7 +16,9 @@ import re
 from typing import Any
 
 from keras_xla.core import figures, files, reading
-from keras_xla.core.sections import (
+
+# The sections are the report's names too: modules import them from here.
+from keras_xla.core.sections import (  # noqa: F401
     BaselineSection,
     CandidateResult,
     ClusteringSection,
@@ -28,25 +30,6 @@ from keras_xla.core.sections import (
     Section,
     Verdict,
 )
-
-__all__ = [
-    "BaselineSection",
-    "CandidateResult",
-    "ClusteringSection",
-    "Compilation",
-    "CompileCacheSection",
-    "Decision",
-    "EpochStats",
-    "Finding",
-    "GuardSection",
-    "HloSection",
-    "JitInfo",
-    "ProfileSection",
-    "Recompilation",
-    "Section",
-    "Verdict",
-    "XLAReport",
-]
 
 SCHEMA = "keras_xla.report/1"
 REPORT_FILENAME = "xla_report.json"
