@@ -171,47 +171,45 @@ def guard_line(guard) -> list[str]:
         f"{g.recompilations} recompilations for new sizes of {where} "
         f"({g.compile_seconds:.2f} s; XLA had saved {g.saved_seconds:.2f} s)"
     )
-    if g.action in guard_lib.ACTING and g.off_from:
-        avoided = (
-            f"; {g.projected_compilations:.0f} compilations "
-            f"({g.projected_seconds:.1f} s) avoided"
-            if g.projected_compilations
-            else ""
-        )
-        epoch, step = g.off_from
-        if g.action == "fallback":
-            return [
-                f"{found}: no XLA from epoch {epoch}, step {step}{avoided}."
-            ]
-        if g.action == "bucket":
-            grown = f" (grown: {g.grown})" if g.grown else ""
-            lines = [
-                f"{found}: from epoch {epoch}, step {step} padded up to "
-                f"{g.edges}{grown}, {g.padding_share:.0%} padding, about "
-                f"{g.bucket_saved_seconds:.1f} s saved."
-            ]
-            if g.edge_bytes:
-                # The memory's cap, where it is within reach of the edges.
-                near = g.largest_fitting is not None and g.edges
-                above = (
-                    f"; sizes above {g.largest_fitting} would not fit and "
-                    "run per shape"
-                    if near and g.largest_fitting < 2 * max(g.edges)
-                    else ""
-                )
-                lines.append(
-                    f"  Memory: the largest edge's program about "
-                    f"{size(max(g.edge_bytes))} of the device's "
-                    f"{size(g.memory_limit_bytes)}{above}."
-                )
-            return lines
-        return [
-            f"{found}: from epoch {epoch}, step {step} XLA ran the "
-            f"{g.kept_shapes} shapes it compiled, new ones ran without "
-            f"XLA{avoided}.",
-            f"  Per shape: {sides(g)}.",
+    if g.action not in guard_lib.ACTING or not g.off_from:
+        return [f"{found}: {'raised' if g.action == 'raise' else 'warned'}."]
+    epoch, step = g.off_from
+    if g.action == "bucket":
+        grown = f" (grown: {g.grown})" if g.grown else ""
+        lines = [
+            f"{found}: from epoch {epoch}, step {step} padded up to "
+            f"{g.edges}{grown}, {g.padding_share:.0%} padding, about "
+            f"{g.bucket_saved_seconds:.1f} s saved."
         ]
-    return [f"{found}: {'raised' if g.action == 'raise' else 'warned'}."]
+        if g.edge_bytes:
+            # The memory's cap, where it is within reach of the edges.
+            near = g.largest_fitting is not None and g.edges
+            above = (
+                f"; sizes above {g.largest_fitting} would not fit and run "
+                "per shape"
+                if near and g.largest_fitting < 2 * max(g.edges)
+                else ""
+            )
+            lines.append(
+                f"  Memory: the largest edge's program about "
+                f"{size(max(g.edge_bytes))} of the device's "
+                f"{size(g.memory_limit_bytes)}{above}."
+            )
+        return lines
+    avoided = (
+        f"; {g.projected_compilations:.0f} compilations "
+        f"({g.projected_seconds:.1f} s) avoided"
+        if g.projected_compilations
+        else ""
+    )
+    if g.action == "fallback":
+        return [f"{found}: no XLA from epoch {epoch}, step {step}{avoided}."]
+    return [
+        f"{found}: from epoch {epoch}, step {step} XLA ran the "
+        f"{g.kept_shapes} shapes it compiled, new ones ran without "
+        f"XLA{avoided}.",
+        f"  Per shape: {sides(g)}.",
+    ]
 
 
 def sides(guard) -> str:
