@@ -131,9 +131,9 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1000.0
 
 
-def _per_step_ms(field: str, q: float = 50) -> Callable[[Any], float | None]:
-    """The `q`th percentile per step of a record `field`, in ms."""
-    return lambda run: _ms(run.per_step(field, q))
+def _per_step_ms(field: str) -> Callable[[Any], float | None]:
+    """The median per step of a record `field`, in ms."""
+    return lambda run: _ms(run.per_step(field))
 
 
 def _tflops(stats: Any, hlo: dict | None) -> float | None:
@@ -356,9 +356,7 @@ def tags(when: str) -> tuple[str, ...]:
 
 
 def scalars(stats: Any, hlo: dict | None = None) -> dict[str, float]:
-    """The epoch's `xla/*` scalars: each tagged figure that has a value
-    (one not measured here, such as the HLO's before its analysis, or
-    JAX's dispatch on TensorFlow, is left out)."""
+    """The epoch's `xla/*` scalars: each tagged figure that has a value."""
     values = {f.tag: f.value(stats, hlo) for f in FIGURES if f.tag}
     return {tag: value for tag, value in values.items() if value is not None}
 
