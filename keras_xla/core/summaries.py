@@ -178,11 +178,8 @@ def write_epoch(
     records=(),
     first_step: int = 0,
 ) -> None:
-    """One epoch: its scalars, each train call's step time (`records`, at
-    global step `first_step + record.first_step`), the findings table and
-    the verdict when they changed, and, when the trial just `decided`,
-    its decision; then the report's JSON for the "XLA" tab; then
-    flushes."""
+    """One epoch's summaries (the decision's when the trial just
+    `decided`), then the report's JSON for the "XLA" tab; then flushes."""
     writer.write_scalars(stats.epoch, epoch_scalars(stats, report.hlo))
     writer.write_step_times(
         (first_step + r.first_step, r.seconds_per_step * 1000.0)
