@@ -1,8 +1,7 @@
 """Lints on an epoch's measured figures: is the step worth compiling?
 
-Each lint takes numbers and returns `(message, fix)` or None;
-`epoch_lints` runs them all and returns `(code, message, fix)` findings
-for the owner of the fit to record.
+Each lint takes numbers and returns `(message, fix)` or None; the owner
+of the fit records what `epoch_lints` finds.
 
 Pure logic: nothing here imports TensorFlow or Keras.
 """
