@@ -39,8 +39,7 @@ def run_totals(report: XLAReport) -> dict[str, float | None]:
 
 
 def compare(first: XLAReport, second: XLAReport, labels=("A", "B")) -> dict:
-    """Two runs side by side: each row's values, `second / first`, which
-    run is better, and a one-line conclusion."""
+    """The comparison as data: rows by key, the labels, the conclusion."""
     totals = run_totals(first), run_totals(second)
     rows = {}
     for key, label, direction, _ in COMPARED:
@@ -89,8 +88,8 @@ def _conclude(rows: dict, labels) -> str:
 
 
 def comparison(runs: Sequence[tuple[XLAReport, str]], labels=None) -> str:
-    """Two reports side by side: values, `B / A`, the better run per row,
-    and a conclusion. `labels` default to `A` and `B`."""
+    """The comparison as text (`compare`); `labels` default to `A` and
+    `B`."""
     (first, first_path), (second, second_path) = runs
     labels = tuple(labels or ("A", "B"))
     result = compare(first, second, labels)
