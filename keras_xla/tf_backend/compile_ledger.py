@@ -172,11 +172,9 @@ def release_environment(environ=None) -> bool:
 
 
 def status() -> LedgerStatus:
-    """The ledger of this process: its directory, or why there is none.
-
-    A cache directory set before TensorFlow started and verified in force
-    (`enable_compile_cache` with the ledger off) replaces it.
-    """
+    """The ledger of this process: its directory, or why there is none; a
+    cache directory set before TensorFlow started and verified in force
+    (`enable_compile_cache` with the ledger off) replaces it."""
     return _STATUS
 
 

@@ -210,9 +210,7 @@ class StepLog:
         to the function's tracker), found `when`, as report entries."""
         found, counting = [], self.adapter.counting
         for function in ("train", "test"):
-            variant = (
-                self.functions.active(function) if self.functions else None
-            )
+            variant = self.functions and self.functions.active(function)
             if variant is None:
                 continue
             variant.probe.pop_traces()
