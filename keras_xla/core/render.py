@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -84,17 +83,9 @@ def json_text(value: Any) -> str:
     """`value` as strict JSON (a report read from a file may hold
     anything), indented: NaN and infinities are written as null, tuples
     as lists; control characters are escaped (ASCII only)."""
-    return json.dumps(_json_safe(value), indent=2, allow_nan=False)
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
+    # Read back with NaN and infinities as None, then written strictly.
+    plain = json.loads(json.dumps(value), parse_constant=lambda _: None)
+    return json.dumps(plain, indent=2, allow_nan=False)
 
 
 def number(value: float | None, digits: int = 2) -> str:
