@@ -72,8 +72,6 @@ def _conclude(rows: dict, labels) -> str:
     steady = rows[figures.THROUGHPUT.key]
     overall = rows[figures.THROUGHPUT_OVERALL.key]
     if steady["ratio"] is None or steady["ratio"] <= 0:
-        # No throughput in one run (or none that means anything): no
-        # run is "faster" by a ratio.
         return "No steady throughput to compare."
     faster = labels[1] if steady["ratio"] > 1 else labels[0]
     times = steady["ratio"] if steady["ratio"] > 1 else 1 / steady["ratio"]
