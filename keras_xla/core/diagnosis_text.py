@@ -14,9 +14,7 @@ from typing import Any
 
 
 def value_text(value: Any) -> str:
-    """One diagnosis value as the doctor prints it: a dict as `k: v`
-    pairs, a list space-separated (`-` when empty), a bool as yes/no,
-    `None` as `(unset)` and an empty string as `""`."""
+    """One diagnosis value as the doctor prints it."""
     if isinstance(value, dict):
         return ", ".join(f"{k}: {value_text(v)}" for k, v in value.items())
     if isinstance(value, (list, tuple)):

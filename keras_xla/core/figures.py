@@ -119,8 +119,7 @@ class Figure:
         return (value or {}).get(inner) if inner else value
 
     def over(self, epochs: list) -> float | None:
-        """This figure over `epochs` (`across`): the sum, or the median
-        of the epochs that have it (None where none has)."""
+        """This figure over `epochs`, combined as `across` says."""
         found = [v for v in (self.value(e) for e in epochs) if v is not None]
         if self.across == "sum":
             return sum(found)
