@@ -290,8 +290,7 @@ def baseline_line(baseline) -> list[str]:
         f"Baseline: {b.run_steps} steps without XLA ({b.steps} timed), "
         f"{b.no_xla_step_ms:.2f} ms against XLA's {b.xla_step_ms:.2f} ms"
         f"{_windows_where(b)}; they cost {b.cost_seconds:.2f} s beyond "
-        f"training them with XLA{trace}. `XLATuner(baseline=False)` skips "
-        "it."
+        f"training them with XLA{trace}. `XLATuner(baseline=False)` skips it."
     ]
 
 
@@ -413,9 +412,8 @@ def decision_markdown(decision: Decision | None) -> str:
     if d.speedup_vs_default is not None:
         lines.append(
             f"Speedup over Keras's default (`{d.default}`): "
-            f"{d.speedup_vs_default:.2f}x{_speedup_range(d)}; the "
-            "winner's compile pays "
-            f"back in {d.break_even_steps} steps. Trial: "
+            f"{d.speedup_vs_default:.2f}x{_speedup_range(d)}; the winner's "
+            f"compile pays back in {d.break_even_steps} steps. Trial: "
             f"{d.trial_steps} steps, {number(d.trial_seconds, 1)} s."
         )
     if d.trial_cost_seconds is not None:
