@@ -18,7 +18,6 @@ import sys
 from typing import Any
 
 TENSORFLOW, JAX = "tensorflow", "jax"
-SERVED = (TENSORFLOW, JAX)
 
 # Each backend's package (a part is a module there) and fit adapter.
 _PACKAGES = {
@@ -50,7 +49,7 @@ def unserved(backend: str | None = None) -> tuple[str, str] | None:
     """Why keras_xla cannot drive XLA on `backend` (this process's by
     default), as `(reason, fix)`; None on a backend it serves."""
     backend = backend or name()
-    if backend in SERVED:
+    if backend in (TENSORFLOW, JAX):
         return None
     return (
         f"the Keras backend is {backend!r}; keras_xla drives XLA on the "

@@ -277,9 +277,7 @@ def _computing(layers: list[Any], dtypes: tuple[str, ...]) -> list[Any]:
 def _lowest_capability(gpus: list[DeviceInfo]) -> tuple[int, int] | None:
     # Every replica runs the same policy, so the weakest GPU decides.
     capabilities = [gpu.compute_capability for gpu in gpus]
-    if any(c is None for c in capabilities):
-        return None
-    return min(tuple(c) for c in capabilities)
+    return None if None in capabilities else min(map(tuple, capabilities))
 
 
 def _bf16_unsupported(infos: list[DeviceInfo], flags: frozenset[str]) -> bool:
@@ -342,8 +340,7 @@ def _add_loss_scale(model: Any) -> None:
         # Build now, in the model's strategy (TensorFlow), next to the
         # inner optimizer's variables (which a second build keeps).
         strategy = getattr(model, "distribute_strategy", None)
-        scope = strategy.scope() if strategy else contextlib.nullcontext()
-        with scope:
+        with strategy.scope() if strategy else contextlib.nullcontext():
             wrapped.build(model.trainable_variables)
     set_optimizer(model, wrapped)
     logger.info("Wrapped the optimizer of %r for loss scaling.", model.name)

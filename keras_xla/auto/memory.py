@@ -46,7 +46,6 @@ class DecisionMemory:
         self._base = {
             "model": [type(model).__name__]
             + [[w.path, list(w.shape), str(w.dtype)] for w in weights],
-            # The CPU, the devices and the backend's and Keras's versions.
             "hardware": [
                 hardware.cpu_model() or platform.machine(),
                 devices,

@@ -313,7 +313,7 @@ def baseline_plan(
         if calls >= t.min_window_calls:
             break
     if calls < t.min_window_calls:
-        need = 2 * rounds * t.min_window_calls * spe
+        need = minimum_steps(2, spe, rounds, t)
         return (
             f"the first epoch has {epoch_steps} steps; the baseline needs "
             f"{need}"

@@ -32,14 +32,10 @@ from keras_xla.core.report import BaselineSection, Decision
 
 @dataclasses.dataclass
 class Decided:
-    """How the model trains after the trial (or instead of it).
-
-    Attributes:
-        decision: The report's `decision` section.
-        skipped: `(problem, fix)` when the trial could not decide.
-        kept: The winner's `ModelState`, for a later fit of the same model
-            to reuse; None when nothing was decided.
-    """
+    """How the model trains after the trial (or instead of it): the
+    report's `decision` section, `skipped`'s `(problem, fix)` when the
+    trial could not decide, and the winner's state `kept` for a later fit
+    of the same model to reuse (None when nothing was decided)."""
 
     decision: Decision
     skipped: tuple[str, str] | None = None

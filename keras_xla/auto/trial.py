@@ -158,10 +158,9 @@ class Trial:
             for c, t in self._seconds.items()
             if len(t) >= 2
         }
-        measured = [c for c in live if c in medians]
-        if not measured:
+        best = min((medians[c] for c in live if c in medians), default=None)
+        if best is None:
             return
-        best = min(medians[c] for c in measured)
         slow = policy.slower(
             live, best, medians, self._seconds, self.candidates, self.tunables
         )
