@@ -86,8 +86,7 @@ def _conclude(rows: dict, labels) -> str:
 
 
 def comparison(runs: Sequence[tuple[XLAReport, str]], labels=None) -> str:
-    """The comparison as text (`compare`); `labels` default to `A` and
-    `B`."""
+    """The comparison as text (`compare`); `labels` default to `A`, `B`."""
     (first, first_path), (second, second_path) = runs
     labels = tuple(labels or ("A", "B"))
     result = compare(first, second, labels)

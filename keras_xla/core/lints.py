@@ -20,7 +20,6 @@ DISPATCH_SHARE = 0.5
 
 
 def no_steps(epoch: int, steps: int) -> tuple[str, str] | None:
-    """An epoch that trained no step: the dataset gave no batch."""
     if steps != 0:
         return None
     return (

@@ -152,8 +152,7 @@ class Decision(Section):
     `status` is `decided`, `reused` (a second fit kept the first fit's
     winner), `remembered` (an earlier run's winner for the same model,
     inputs, hardware and versions), `single-candidate` or `skipped`
-    (`winner` is then None).
-    """
+    (`winner` is then None)."""
 
     status: str
     winner: str | None
