@@ -127,12 +127,8 @@ def compilation(
 
 
 class Accountant:
-    """Fills an `XLAReport` from step records, epoch by epoch.
-
-    Args:
-        report: The report to fill.
-        book: Where findings go.
-    """
+    """Fills `report` from step records, epoch by epoch; findings go to
+    `book`."""
 
     def __init__(self, report: XLAReport, book: FindingBook):
         self.report = report
@@ -288,8 +284,7 @@ class Accountant:
             )
         )
         # The primary change carries the cost; every other cause of the
-        # same step (a padded length that changed with a short last
-        # batch) is named too.
+        # step (a short last batch's new padded length) is named too.
         for other in primary_changes(changes):
             primary = other is change
             self.book.add(

@@ -202,11 +202,8 @@ def _is_library(filename: str) -> bool:
 
 
 class FindingBook:
-    """Records findings into a report's list, once per code and place.
-
-    Args:
-        findings: The report's findings list (appended to).
-    """
+    """Records findings into a report's list (`findings`, appended to),
+    once per code and place."""
 
     def __init__(self, findings: list[Finding]) -> None:
         self.findings = findings
@@ -220,19 +217,13 @@ class FindingBook:
         place: tuple = (),
         compile_seconds: float = 0.0,
     ) -> Finding:
-        """Records a finding, or counts it again when its code and place
-        were seen before (the message then names the count and the compile
-        seconds of recompilation causes). Warns the first time only.
-
-        Args:
-            code: A code of `CODES`.
-            message: What happened, where, at what cost.
-            fix: What to change.
-            place: What makes this cause distinct from another of the same
-                code: `(function, input, dim)`, a layer, a flag. Defaults
-                to `()` (one finding per code).
-            compile_seconds: Compile seconds this occurrence cost.
-        """
+        """Records a finding of `code` (one of `CODES`): what happened,
+        where, at what cost (`message`) and what to change (`fix`). Counts
+        it again when its code and `place` were seen before (the message
+        then names the count and the compile seconds of recompilation
+        causes); warns the first time only. `place` tells this cause from
+        another of the same code: `(function, input, dim)`, a layer, a
+        flag (`()`: one finding per code)."""
         key = (code, *place)
         finding = self._by_key.get(key)
         if finding is None:

@@ -120,13 +120,10 @@ def _wait_text(waits: dict[int, list], seconds: float) -> tuple[float, str]:
     waiting worker's own spikes there (`waits`, by worker): measured
     where every one showed it, else its compile time for each; the
     seconds in all and the sentence."""
-    others = (
-        "the other worker"
-        if len(waits) == 1
-        else f"the other {len(waits)} workers"
-    )
+    one = len(waits) == 1
+    others = "the other worker" if one else f"the other {len(waits)} workers"
     if not all(waits.values()):
-        each = "" if len(waits) == 1 else " each"
+        each = "" if one else " each"
         return seconds * len(waits), (
             f"{others} waited about {seconds:.2f} s{each} for it at the "
             "next collective (its compile time: their own steps there did "
@@ -137,7 +134,7 @@ def _wait_text(waits: dict[int, list], seconds: float) -> tuple[float, str]:
     where = ", ".join(f"step {s} of epoch {e}" for e, s in steps)
     much = (
         f"{waited:.2f} s"
-        if len(waits) == 1
+        if one
         else f"{waited / len(waits):.2f} s each on average "
         f"({waited:.2f} s in all)"
     )
@@ -159,9 +156,8 @@ def _compiled_alone(reports: dict[int, XLAReport]) -> Iterator[dict]:
                 continue
             inputs = json.loads(shapes)
             why, fix = _cause(reports[index], function, inputs)
-            seconds = sum(c.compile_seconds for c in at)
             waits = {i: _waits(r, at) for i, r in reports.items() if i != index}
-            waited, wait = _wait_text(waits, seconds)
+            waited, wait = _wait_text(waits, sum(c.compile_seconds for c in at))
             yield _finding(
                 codes.WORKER_COMPILED_ALONE,
                 index,

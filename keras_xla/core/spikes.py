@@ -50,17 +50,13 @@ def label(
             or record.measured_compile_seconds
             or record.other_compilations
         ):
-            # Its step's compilation, or one the backend recorded during
-            # it for another function: never called a host pause.
             kind = COMPILE
         elif record.input_seconds is not None and (
             record.input_seconds >= excess / 2
         ):
             kind = INPUT
         elif record.warmup or record.first_step == 0:
-            # A function's first call, a baseline's no-XLA call, or an
-            # epoch's first call (its iterator starts, its prefetch
-            # fills).
+            # An epoch's first call: its iterator starts, its prefetch fills.
             kind = WARMUP
         else:
             kind = UNEXPLAINED

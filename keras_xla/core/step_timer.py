@@ -47,9 +47,8 @@ from keras_xla.core.timing import StepRecord
 # Waiting for results that do not come (a callback before the tuner's
 # raised on Keras's thread, and Keras will say so): give up after this
 # long without a new completion, or ten times the longest a step's
-# results took to come.
-# Results that do come arrive steadily, and the wait costs the device
-# nothing: it is busy with the steps waited for.
+# results took to come. Results that do come arrive steadily, and the
+# wait costs the device nothing: it is busy with the steps waited for.
 STALL_SECONDS = 10.0
 # A waiting flush that sees a call's results exist gives Keras's thread
 # this long to stamp them before it dates them itself.
@@ -84,8 +83,7 @@ class StepTimer:
     Args:
         steps_per_call: Steps one call runs (`steps_per_execution`).
         capacity: Calls kept raw before they must be flushed.
-        stall_seconds: How long `flush` waits without a new completion
-            (at least; ten times the longest step's device time if longer).
+        stall_seconds: The wait without a new completion (`STALL_SECONDS`).
         record_type: The `StepRecord` class the calls become.
     """
 
@@ -144,13 +142,10 @@ class StepTimer:
         input_seconds: float = 0.0,
     ) -> None:
         """The open call's function returned at `now` (its results may
-        not exist yet); the tuner spent `own` seconds of its own in it.
-        `ready` says, without waiting, whether its results exist: asked
-        when the next call begins, it dates the completion of a step
-        that finished before then exactly (a batch-end hook on Keras's
-        thread may run late when the training thread keeps the
-        interpreter busy). `input_seconds` of the call waited for its
-        batches: not the dispatch's."""
+        not exist yet): the tuner spent `own` seconds in it, and its
+        batches `input_seconds` (not the dispatch's). `ready` says,
+        without waiting, whether its results exist (asked when the next
+        call begins)."""
         if self._open is not None:
             self._open.returned = now
             self._open.own += own
@@ -212,9 +207,8 @@ class StepTimer:
         return None
 
     def flush(self, function: str, wait: bool = True) -> list[StepRecord]:
-        """`function`'s closed calls as new records, oldest first. With
-        `wait`, first waits for the completion of each call that
-        returned (see `STALL_SECONDS`)."""
+        """`function`'s closed calls as new records, oldest first; with
+        `wait`, after those that returned have completed (`_wait`)."""
         if wait:
             self._wait(function)
         self._bound_completions()
@@ -307,8 +301,8 @@ class StepTimer:
         return waiting
 
     def _wait(self, function: str) -> None:
-        """Until each returned call of `function` has its completion (see
-        `STALL_SECONDS`)."""
+        """Until each returned call of `function` has its completion, or
+        none came for too long (`STALL_SECONDS`)."""
         with self._arrived:
             self._flushing = True
             try:

@@ -42,9 +42,8 @@ class StepRecord:
         measured_compile_seconds: Each compilation's seconds as the
             backend measured them, in the order of `new` (JAX's compile
             events); empty where they are estimated (TensorFlow).
-        dispatch_seconds: The host's time in the call, from its start
-            until the function returned (its work may still be running
-            then); None where the return was not seen.
+        dispatch_seconds: The host's time from the call's start until the
+            function returned (its work may still run); None where unseen.
         own_seconds: The tuner's own time (its cost) in the call's hooks.
         input_seconds: The time the call waited for its batches; None
             where not seen (TensorFlow with several steps per call or
@@ -121,10 +120,9 @@ def percentile(values: Sequence[float], q: float) -> float:
 class RunStatistics:
     """Robust statistics of one function's steps in one epoch or run.
 
-    `pool` holds the records the per-step statistics are over: those
-    that did not compile, trace or warm up, or every one where none was
-    steady. A figure measured from the run (`core.figures`) reads these
-    fields, or any record field's statistics per step (`per_step`).
+    `pool` holds the records the per-step statistics are over (the steady
+    ones, else all). A figure measured from the run (`core.figures`)
+    reads these fields, or any record field's statistics per step.
     """
 
     steps: int
@@ -196,15 +194,11 @@ def run_statistics(
 def estimate_compile_seconds(
     record: StepRecord, median_seconds: float | None, graph_seconds: float = 0.0
 ) -> float:
-    """Compile seconds of one compiled call, shared by its compilations.
-
-    Where the backend measured them (`record.measured_compile_seconds`),
-    their mean. Else the excess of the call over `steps * median`, minus
-    the Python tracing time the probe measured in it and `graph_seconds`
+    """Compile seconds of one compiled call, shared by its compilations:
+    their mean where the backend measured them; else the call's excess
+    over its steps at the median, less its tracing and `graph_seconds`
     (what a function's first call takes to build its graph, for the call
-    that compiled a function first), divided evenly among the signatures
-    that compiled in the call; never negative.
-    """
+    that compiled a function first), divided evenly; never negative."""
     if not record.compiled:
         return 0.0
     if measured := record.measured_compile_seconds:

@@ -89,9 +89,8 @@ def build(report: XLAReport) -> Verdict:
 def payback(
     base: float | None, xla: float | None, compile_s: float, steps: int
 ) -> tuple[float | None, int | None, bool | None]:
-    """`(speedup, break-even steps, paid back)` of an XLA step of `xla` ms
-    against a no-XLA step of `base` ms, with `compile_s` seconds of
-    compiling, over `steps` steps; all None unless both were measured."""
+    """`(speedup, break-even steps, paid back)` of `xla` ms steps against
+    `base` ms, compiling `compile_s` s (None unless both were measured)."""
     if not (base and xla):
         return None, None, None
     break_even = None
@@ -200,7 +199,7 @@ def compile_dominates(
 
 
 def within_noise(low: float | None, high: float | None) -> bool:
-    """Whether a speedup's range holds 1.0: XLA's effect is noise."""
+    """Whether a speedup's range holds 1.0 (XLA's effect is noise)."""
     return low is not None and high is not None and low <= 1.0 <= high
 
 

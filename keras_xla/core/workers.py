@@ -69,8 +69,7 @@ def from_tf_config(text: str | None, host: str) -> Worker | None:
     the cluster names one, is worker 0."""
     try:
         config = json.loads(text) if text else None
-        cluster = config["cluster"]
-        task = config["task"]
+        cluster, task = config["cluster"], config["task"]
         chiefs = list(cluster.get("chief") or [])
         workers = list(cluster.get("worker") or [])
         kind, number = task["type"], int(task["index"])
