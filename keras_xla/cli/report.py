@@ -46,8 +46,7 @@ def load_report(path: str) -> tuple[XLAReport, str]:
         raise ReportError(f"No report at {file_path}: {expected}.")
     try:
         with open(file_path, encoding="utf-8") as f:
-            data = reading.parse(f.read())
-        return XLAReport.from_dict(data), file_path
+            return XLAReport.from_dict(reading.parse(f.read())), file_path
     except Exception as error:  # Whatever the file holds: never a trace.
         bad_json = isinstance(error, json.JSONDecodeError)
         kind = "valid JSON" if bad_json else "a keras_xla report"

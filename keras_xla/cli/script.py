@@ -101,8 +101,8 @@ def stop_after_steps(steps: int) -> Any:
 class FitHook:
     """Adds `XLATuner(**arguments)` to each fit of Keras's models while
     it is installed: fit n of the script `name` writes under
-    `<log_dir>/<name>/fit-<n>` (no files without `log_dir`), and ends
-    after `steps` train steps where given."""
+    `<log_dir>/<name>/fit-<n>` (no files without `log_dir`) and ends
+    after `steps` train steps, where given."""
 
     def __init__(
         self,
