@@ -39,22 +39,15 @@ RECOMPILATION_HEADER = tuple(
 _CONTROLS = re.compile(
     "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 )
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def printable(text: str) -> str:
     """`text` with its control characters written as escapes (`\\x1b`,
     `\\r`, `\\n`, `\\u202e`), so it shows as one line and moves no
     cursor."""
-    return _CONTROLS.sub(_escape, text)
-
-
-def _escape(match: re.Match) -> str:
-    char = match.group()
-    if char in _NAMED:
-        return _NAMED[char]
-    code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return _CONTROLS.sub(
+        lambda m: m.group().encode("unicode_escape").decode("ascii"), text
+    )
 
 
 def printable_report(value: Any) -> Any:
