@@ -44,12 +44,14 @@ SHOWN_CHARS = 80
 
 # What the renderers read inside a list or dict field, by dataclass and
 # field name: the annotation each item (or dict value) must fit, or for
-# items that are objects, the annotation of each key they must hold.
-_CONTENTS: dict[tuple[str, str], str | dict[str, str]] = {
+# items that are objects, the annotation of each key they must hold, or
+# for a list of a fixed length (a window's first and last step), each
+# item's annotation: one bad item makes the whole field bad.
+_CONTENTS: dict[tuple[str, str], Any] = {
     ("EpochStats", "step_time_ms"): "float | None",
     ("ClusteringSection", "clusters"): "int",
     ("HloSection", "largest_unfused"): "str",
-    ("ProfileSection", "steps"): "int",
+    ("ProfileSection", "steps"): ("int", "int"),
     ("EpochStats", "spikes"): {
         "step": "int",
         "ms": "float",
@@ -62,9 +64,6 @@ _CONTENTS: dict[tuple[str, str], str | dict[str, str]] = {
         "fix": "str",
     },
 }
-# Lists of a fixed length (a window's first and last step): one bad item
-# makes the whole field bad.
-_LENGTHS: dict[tuple[str, str], int] = {("ProfileSection", "steps"): 2}
 
 _BAD = object()  # A field value that cannot be read.
 
@@ -202,14 +201,12 @@ def _read_contents(
 ) -> Any:
     """The items of a list or dict field that fit `_CONTENTS[key]` (all
     of `value` if the field has no entry there); notes the others. A
-    fixed-length list (`_LENGTHS`) with a bad item is `_BAD`."""
+    fixed-length list with a bad item is `_BAD`."""
     spec = _CONTENTS.get(key)
     if spec is None or not isinstance(value, (dict, list, tuple)):
         return value
-    length = _LENGTHS.get(key)
-    if length is not None:
-        good = len(value) == length
-        good = good and all(_item_fits(spec, item) for item in value)
+    if isinstance(spec, tuple):
+        good = len(value) == len(spec) and all(map(fits, spec, value))
         return list(value) if good else _BAD
     is_dict = isinstance(value, dict)
     kept = {}
