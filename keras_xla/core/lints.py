@@ -111,12 +111,9 @@ def tuner_overhead(
         f"{median_ms:.3f} ms step ({tuner_ms / median_ms:.1%}; its goal "
         "is under 1%): a step this short cannot be timed for free, and "
         "its figures include that cost.",
-        (
-            f"Run more steps per call (steps_per_execution="
-            f"{max(2 * steps_per_execution, 16)}): the tuner works once "
-            "per call. Or keep the tuner for a diagnostic run and train "
-            "without it."
-        ),
+        f"Run more steps per call (steps_per_execution="
+        f"{max(2 * steps_per_execution, 16)}): the tuner works once per "
+        "call. Or keep the tuner for a diagnostic run and train without it.",
     )
 
 
