@@ -1,13 +1,9 @@
-"""One job's answer from its workers' reports.
-
-A job that trains on several workers runs one tuner per worker; the
-chief (worker 0) reads their reports at the end of training and writes
-the job's report, `<log_dir>/xla_job_report.json`; `keras-xla report
-DIR DIR ...` merges workers' reports in separate log dirs the same way.
-
-What only a job shows (a worker missing, compiling alone, compiling a
-different program, straggling) is `core.job_findings`'; who a worker is,
-its folder and the chief's wait for the others are `core.workers`'.
+"""One job's answer from its workers' reports (`core.workers`): the
+job's report, `<log_dir>/xla_job_report.json`, written by the chief at
+the end of training, or merged from workers' reports in separate log
+dirs (`keras-xla report DIR DIR ...`). What only a job shows (a worker
+missing, compiling alone, compiling a different program, straggling) is
+`core.job_findings`'.
 
 The job's verdict: a step of the job is as slow as its slowest worker,
 and its compiling as long as the longest; the speedup is the slowest
@@ -58,8 +54,7 @@ class WorkerRow:
 
 @dataclasses.dataclass
 class JobReport:
-    """The job's answer: a row per worker, the job's findings and its
-    verdict."""
+    """The job's answer: a row per worker, its findings and its verdict."""
 
     count: int
     workers: list

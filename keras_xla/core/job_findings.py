@@ -98,10 +98,8 @@ def _signatures(report: XLAReport) -> dict[tuple, list]:
 
 
 def _waits(report: XLAReport, at: list) -> list[tuple]:
-    """The seconds by which `report`'s worker's own steps at the
-    compilations `at` (another worker's) stood out with nothing of its
-    own to explain them: what it waited at that step's collective, as
-    `(epoch, step, seconds)`."""
+    """`(epoch, step, seconds)` of `report`'s unexplained spikes at the
+    compilations `at` (another worker's): its wait at their collective."""
     unexplained = {
         (e.epoch, s["step"]): s["seconds"]
         for e in report.epochs
@@ -116,10 +114,8 @@ def _waits(report: XLAReport, at: list) -> list[tuple]:
 
 
 def _wait_text(waits: dict[int, list], seconds: float) -> tuple[float, str]:
-    """The others' wait for a lone compilation of `seconds`, from each
-    waiting worker's own spikes there (`waits`, by worker): measured
-    where every one showed it, else its compile time for each; the
-    seconds in all and the sentence."""
+    """The others' wait (`waits`: each one's spikes, by worker) for a
+    lone compilation of `seconds`: the seconds in all, and the sentence."""
     one = len(waits) == 1
     others = "the other worker" if one else f"the other {len(waits)} workers"
     if not all(waits.values()):

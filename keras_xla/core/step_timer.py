@@ -51,7 +51,7 @@ from keras_xla.core.timing import StepRecord
 # wait costs the device nothing: it is busy with the steps waited for.
 STALL_SECONDS = 10.0
 # A waiting flush that sees a call's results exist gives Keras's thread
-# this long to stamp them before it dates them itself.
+# this long to stamp them before it dates them itself (when first seen).
 READY_GRACE_SECONDS = 0.05
 
 
@@ -73,18 +73,14 @@ class _Call:
 
 
 class StepTimer:
-    """Start, return and completion of every call of the step functions.
+    """Start, return and completion of every call of the step functions,
+    each of `steps_per_call` steps (`steps_per_execution`).
 
     The training thread calls `begin`, `returned` and `close`; `complete`
-    may come from any thread. The calls become `StepRecord`s only when
-    flushed: once per run, or when `capacity` calls are pending (the
-    probe's ring buffer would wrap next; `begin` and `close` then say so).
-
-    Args:
-        steps_per_call: Steps one call runs (`steps_per_execution`).
-        capacity: Calls kept raw before they must be flushed.
-        stall_seconds: The wait without a new completion (`STALL_SECONDS`).
-        record_type: The `StepRecord` class the calls become.
+    may come from any thread. The calls become `record_type` records only
+    when flushed: once per run, or when `capacity` calls are pending (the
+    probe's ring buffer would wrap next; `begin` and `close` then say so),
+    after a wait that gives up at `stall_seconds` (`STALL_SECONDS`).
     """
 
     def __init__(
@@ -273,10 +269,8 @@ class StepTimer:
 
     def _waiting(self, function: str) -> bool:
         """Whether a closed call of `function` that returned has no
-        completion yet (results seen ready for `READY_GRACE_SECONDS`
-        without a batch end count as completed when first seen: a
-        callback before the tuner's may have raised on Keras's thread,
-        and Keras says so later)."""
+        completion yet (see `READY_GRACE_SECONDS`: a callback before the
+        tuner's may have raised on Keras's thread, and Keras says so)."""
         now = None
         waiting = False
         for call in self._calls:

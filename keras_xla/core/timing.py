@@ -19,59 +19,44 @@ from keras_xla.core.figures import rounded
 
 @dataclasses.dataclass
 class StepRecord:
-    """One call of a train/test function (one or more steps).
+    """One call of a train/test function (one or more steps)."""
 
-    Attributes:
-        function: `"train"` or `"test"`.
-        first_step: Index of the first step in the epoch (or run).
-        seconds: Wall time of the call.
-        signatures: For each step that ran, in order, one signature per
-            replica (empty if the probe could not read them).
-        new: `(step index, replica)` of each signature the call compiled.
-        trace_seconds: Python tracing time measured during this call.
-        fallback_steps: Steps assumed when no signature could be read.
-        started_at: Unix time at which the call started.
-        previous: For each `(step index, replica)` in `new`, the
-            signatures the same function had compiled before, oldest
-            first (empty for its first compilation).
-        warmup: The call ran a shape for the first time without
-            compiling it (auto-clustering compiles a shape at its second
-            run): not a steady step.
-        entries: The compile ledger entries the call wrote
-            (auto-clustering: one per cluster compiled).
-        measured_compile_seconds: Each compilation's seconds as the
-            backend measured them, in the order of `new` (JAX's compile
-            events); empty where they are estimated (TensorFlow).
-        dispatch_seconds: The host's time from the call's start until the
-            function returned (its work may still run); None where unseen.
-        own_seconds: The tuner's own time (its cost) in the call's hooks.
-        input_seconds: The time the call waited for its batches; None
-            where not seen (TensorFlow with several steps per call or
-            replicas, or run eagerly).
-        other_compilations: XLA compilations the backend recorded during
-            the call that are not its step's (another function's, a
-            callback's): a spike they explain is not a host pause.
-        planned: The tuner padded the call's batch to a bucket edge
-            (`on_recompile_storm="bucket"`): its compilation is the plan's
-            (the guard's section), not the pipeline's recompilation.
-    """
-
-    function: str
-    first_step: int
-    seconds: float
+    function: str  # "train" or "test"
+    first_step: int  # its first step's index in the epoch (or run)
+    seconds: float  # the call's wall time
+    # For each step that ran, in order, one signature per replica (empty
+    # if the probe could not read them).
     signatures: list = dataclasses.field(default_factory=list)
+    # `(step index, replica)` of each signature the call compiled.
     new: list = dataclasses.field(default_factory=list)
-    trace_seconds: float = 0.0
-    fallback_steps: int = 1
-    started_at: float = 0.0
+    trace_seconds: float = 0.0  # Python tracing measured during the call
+    fallback_steps: int = 1  # steps assumed when no signature was read
+    started_at: float = 0.0  # Unix time
+    # For each `(step index, replica)` in `new`, the signatures the
+    # function compiled before, oldest first (none for its first).
     previous: dict = dataclasses.field(default_factory=dict)
+    # A shape's first run that compiled nothing (auto-clustering compiles
+    # a shape at its second run): not a steady step.
     warmup: bool = False
+    # The compile ledger entries the call wrote (auto-clustering: one per
+    # cluster compiled).
     entries: list = dataclasses.field(default_factory=list)
+    # Each compilation's seconds as the backend measured them (JAX's
+    # compile events), in `new`'s order; empty where estimated (TensorFlow).
     measured_compile_seconds: list = dataclasses.field(default_factory=list)
+    # The host's time from the call's start until the function returned
+    # (its work may still run); None where unseen.
     dispatch_seconds: float | None = None
-    own_seconds: float = 0.0
+    own_seconds: float = 0.0  # the tuner's own time (its cost) in its hooks
+    # The time the call waited for its batches; None where not seen
+    # (TensorFlow with several steps per call or replicas, or run eagerly).
     input_seconds: float | None = None
+    # XLA compilations during the call not of its step (another
+    # function's, a callback's): a spike they explain is not a host pause.
     other_compilations: int = 0
+    # The tuner padded the call's batch to a bucket edge
+    # (`on_recompile_storm="bucket"`): its compilation is the plan's (the
+    # guard's section), not the pipeline's recompilation.
     planned: bool = False
 
     @property

@@ -237,8 +237,7 @@ def headline(report: XLAReport, v: Verdict) -> str:
     compiling cost more than the run could save)."""
     text = _headline(report, v)
     share = v.input_share
-    # The input comes first where the epochs were found input-bound
-    # (`lints.input_bound`'s rule).
+    # Input first where the epochs were found input-bound (`lints`' rule).
     input_bound = codes.INPUT_BOUND in report.finding_codes()
     if v.xla_enabled and share is not None and input_bound:
         rest = ""

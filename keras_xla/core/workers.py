@@ -37,21 +37,14 @@ POLL_SECONDS = 0.2
 
 @dataclasses.dataclass(frozen=True)
 class Worker:
-    """Which worker of a job this process is.
+    """Which worker of a job this process is."""
 
-    Attributes:
-        index: Its index in the job (0 is the chief).
-        count: How many workers the job has.
-        host: The machine's name.
-        engine: What runs the job (`tf.distribute`, `jax.distributed`).
-        job: What the job's workers share and another job's do not (the
-            cluster's addresses), where known.
-    """
-
-    index: int
-    count: int
-    host: str
-    engine: str
+    index: int  # in the job (0 is the chief)
+    count: int  # the job's workers
+    host: str  # the machine's name
+    engine: str  # what runs the job: `tf.distribute`, `jax.distributed`
+    # What the job's workers share and another job's do not (the cluster's
+    # addresses), where known.
     job: str | None = None
 
     @property
