@@ -299,10 +299,9 @@ class XLAReport:
             raise ValueError(
                 f"Unsupported report schema {schema!r}; expected {SCHEMA!r}."
             )
-        skipped: list[str] = []
         known = {"schema", "environment", "jit", *ROWS, *SECTIONS}
         known |= {"outside_compilations", "worker"}
-        skipped += [f"{k} (unknown)" for k in data if k not in known]
+        skipped = [f"{k} (unknown)" for k in data if k not in known]
 
         def of_type(key: str, kind: type, what: str) -> Any:
             value = data.get(key)
@@ -314,7 +313,7 @@ class XLAReport:
         environment = of_type("environment", dict, "an object")
         worker = of_type("worker", dict, "an object")
         outside = of_type("outside_compilations", list, "a list")
-        report = cls(
+        return cls(
             environment=dict(environment or {}),
             jit=reading.read(JitInfo, data.get("jit"), "jit", skipped),
             **{
@@ -327,9 +326,8 @@ class XLAReport:
                 name: section.from_dict(data.get(name), skipped, name)
                 for name, section in SECTIONS.items()
             },
+            skipped=skipped,
         )
-        report.skipped = skipped
-        return report
 
     @classmethod
     def load(cls, path: str) -> XLAReport:
