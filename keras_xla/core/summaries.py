@@ -13,6 +13,7 @@ Nothing here imports TensorFlow, Keras or JAX.
 
 from __future__ import annotations
 
+import importlib
 import os
 import time
 from collections.abc import Iterable
@@ -94,16 +95,16 @@ class EventWriter:
         )
 
     @staticmethod
-    def _scalar_metadata() -> Any:
-        from tensorboard.plugins.scalar import metadata as scalar_metadata
-
-        return scalar_metadata.create_summary_metadata(
-            display_name="", description=""
+    def _metadata(plugin: str) -> Any:
+        """Summary metadata for TensorBoard's `scalar` or `text` plugin."""
+        module = importlib.import_module(
+            f"tensorboard.plugins.{plugin}.metadata"
         )
+        return module.create_summary_metadata(display_name="", description="")
 
     def write_scalars(self, step: int, scalars: dict[str, float]) -> None:
         """Writes each `tag: value` at `step`; `None` values are skipped."""
-        meta = self._scalar_metadata()
+        meta = self._metadata("scalar")
         values = [
             (tag, np.array(float(value), np.float32), meta)
             for tag, value in scalars.items()
@@ -114,7 +115,7 @@ class EventWriter:
 
     def write_step_times(self, points: Iterable[tuple[int, float]]) -> None:
         """`STEP_TIME_TAG` at each `(global step, ms)`, in one go."""
-        meta = self._scalar_metadata()
+        meta = self._metadata("scalar")
         for step, value in points:
             array = np.array(float(value), np.float32)
             self._write(step, [(STEP_TIME_TAG, array, meta)])
@@ -133,11 +134,7 @@ class EventWriter:
 
     def write_text(self, step: int, tag: str, text: str) -> None:
         """`text` (Markdown) under `tag` at `step`."""
-        from tensorboard.plugins.text import metadata as text_metadata
-
-        meta = text_metadata.create_summary_metadata(
-            display_name="", description=""
-        )
+        meta = self._metadata("text")
         array = np.array(text.encode("utf-8"), dtype=object)
         self._write(step, [(tag, array, meta)])
 
