@@ -16,9 +16,8 @@ from keras_xla.core import figures
 from keras_xla.core.render import format_table, number
 from keras_xla.core.report import XLAReport
 
-# Comparison rows: key, label, which way is better (+1 higher, -1 lower,
-# 0 neither), digits (None: an integer). Between the run's size and its
-# verdict, the figures of `core.figures` that compare.
+# Comparison rows (key, label, `Figure.better`, `Figure.digits`): the
+# run's size, the figures of `core.figures` that compare, the verdict.
 COMPARED = (
     ("epochs", "epochs", 0, None),
     ("steps", "train steps", 0, None),

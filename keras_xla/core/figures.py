@@ -372,9 +372,7 @@ def cell(figure: Figure, value: float | None) -> str:
 def readme_rows() -> list[str]:
     """The README's TensorBoard table rows of the tagged figures."""
     rows = []
-    for f in FIGURES:
-        if f.tag is None:
-            continue
+    for f in filter(lambda figure: figure.tag, FIGURES):
         when = "" if f.when == EVERY_EPOCH else f" ({f.when})"
         unit = f" [{f.unit}]" if f.unit else ""
         rows.append(f"| `{f.tag}`{unit} | {f.meaning}{when} |")

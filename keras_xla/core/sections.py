@@ -1,6 +1,4 @@
-"""The report's typed sections: compile cache, auto-clustering, HLO,
-profile, trial decision, no-XLA baseline, the recompilation guard and
-the verdict.
+"""The report's typed sections (`XLAReport.sections`).
 
 Pure logic: nothing here imports TensorFlow or Keras.
 """
