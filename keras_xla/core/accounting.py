@@ -8,8 +8,6 @@ figures: robust step-time statistics, one `Compilation` per new signature
 with its cost (estimated, or as the backend measured it:
 `StepRecord.measured_compile_seconds`), one `Recompilation` per distinct
 drift with its explanation, the epoch's `EpochStats`, and findings.
-
-Pure logic: nothing here imports TensorFlow or Keras.
 """
 
 from __future__ import annotations

@@ -7,8 +7,6 @@ emits is defined here, with its severity and what it is about. The
 dimension, layer, flag...), not by its message: a message that carries a
 measured number (a median, a count) changes every epoch, and the same
 cause must still be recorded and warned about once.
-
-Pure logic: nothing here imports TensorFlow or Keras.
 """
 
 from __future__ import annotations
@@ -260,8 +258,7 @@ class FindingBook:
             if finding is not None:
                 del self._by_key[(code,)]
                 self.findings.remove(finding)
-            return
-        if finding is None:
+        elif finding is None:
             self.add(code, *found)
         else:
             finding.message, finding.fix = found

@@ -8,8 +8,6 @@ missing, compiling alone, compiling a different program, straggling) is
 The job's verdict: a step of the job is as slow as its slowest worker,
 and its compiling as long as the longest; the speedup is the slowest
 worker's no-XLA step over the slowest worker's XLA step.
-
-Pure logic: nothing here imports TensorFlow, Keras or JAX.
 """
 
 from __future__ import annotations
@@ -47,8 +45,7 @@ class WorkerRow:
     finished: bool
     xla_step_ms: float | None = None
     baseline_step_ms: float | None = None
-    # Each compiled step's program: function, epoch, step, shapes and its
-    # HLO fingerprint (None where the backend gave none).
+    # Each compiled step's `PROGRAM` (fingerprint None: the backend gave none).
     programs: list = dataclasses.field(default_factory=list)
 
 

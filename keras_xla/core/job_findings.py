@@ -17,8 +17,6 @@ Each is a finding with the worker named (`dict`s of the job's report):
   their collectives;
 - `straggler`: a worker whose steady step is clearly slower than the
   others' (the job steps at its pace).
-
-Pure logic: nothing here imports TensorFlow, Keras or JAX.
 """
 
 from __future__ import annotations
@@ -54,13 +52,10 @@ def job_findings(
 
 
 def _finding(code: str, worker: int, message: str, fix: str, seconds=None):
-    return {
-        "code": code,
-        "worker": worker,
-        "message": message,
-        "fix": fix,
-        "seconds": None if seconds is None else round(seconds, 3),
-    }
+    seconds = None if seconds is None else round(seconds, 3)
+    return dict(
+        code=code, worker=worker, message=message, fix=fix, seconds=seconds
+    )
 
 
 def _missing(index: int, count: int) -> dict:

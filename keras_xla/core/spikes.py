@@ -13,8 +13,6 @@ baseline's no-XLA call (`WARMUP`), or nothing explains it
 (`UNEXPLAINED`: a host pause, another process, a callback, the garbage
 collector). The seconds that nothing explains are an epoch figure
 (`unexplained_seconds`).
-
-Pure logic: nothing here imports TensorFlow, Keras or JAX.
 """
 
 from __future__ import annotations
@@ -34,9 +32,8 @@ def label(
     records: Sequence[StepRecord], median_seconds: float | None
 ) -> list[dict]:
     """The calls among `records` that stand out against the median step
-    (`median_seconds`), as `{step, ms, seconds, kind}`: the call's first
-    step, its time per step, its excess over the median, what explains
-    it."""
+    (`median_seconds`): each call's first step, its time per step, its
+    excess over the median and what explains it."""
     if not median_seconds:
         return []
     out = []

@@ -24,8 +24,7 @@ class StepRecord:
     function: str  # "train" or "test"
     first_step: int  # its first step's index in the epoch (or run)
     seconds: float  # the call's wall time
-    # For each step that ran, in order, one signature per replica (empty
-    # if the probe could not read them).
+    # Each step's signatures (one per replica), in order; empty if unread.
     signatures: list = dataclasses.field(default_factory=list)
     # `(step index, replica)` of each signature the call compiled.
     new: list = dataclasses.field(default_factory=list)
@@ -38,8 +37,7 @@ class StepRecord:
     # A shape's first run that compiled nothing (auto-clustering compiles
     # a shape at its second run): not a steady step.
     warmup: bool = False
-    # The compile ledger entries the call wrote (auto-clustering: one per
-    # cluster compiled).
+    # Compile ledger entries it wrote (auto-clustering: one per cluster).
     entries: list = dataclasses.field(default_factory=list)
     # Each compilation's seconds as the backend measured them (JAX's
     # compile events), in `new`'s order; empty where estimated (TensorFlow).
@@ -54,9 +52,8 @@ class StepRecord:
     # XLA compilations during the call not of its step (another
     # function's, a callback's): a spike they explain is not a host pause.
     other_compilations: int = 0
-    # The tuner padded the call's batch to a bucket edge
-    # (`on_recompile_storm="bucket"`): its compilation is the plan's (the
-    # guard's section), not the pipeline's recompilation.
+    # Padded to a bucket edge (`on_recompile_storm="bucket"`): its
+    # compilation is the plan's (the guard's section), not a drift's.
     planned: bool = False
 
     @property

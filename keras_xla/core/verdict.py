@@ -6,8 +6,6 @@ each step get faster, against a no-XLA baseline measured in the same run
 pay back over the run's steps? what cost the most seconds (recompilations
 by cause, a slower step, compile time not paid back)? Every number comes
 from the report of this run.
-
-Pure logic: nothing here imports TensorFlow or Keras.
 """
 
 from __future__ import annotations
@@ -345,8 +343,7 @@ def next_steps(
     fixes = {f.code: f.fix for f in report.findings}
     out: dict[Any, dict] = {}
     for r in report.recompilations:
-        # One step per cause and input: its seconds and its fix name the
-        # same input.
+        # One step per cause and input (its seconds and fix name it).
         code = FINDING_CODES.get(r.cause, r.cause)
         entry = out.setdefault(
             (code, r.input),

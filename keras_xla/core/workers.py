@@ -8,8 +8,6 @@ its report under the job's log dir, `<log_dir>/workers/<index>/`; the
 chief (worker 0) reads them all at the end of training (`gather`: a
 bounded wait, never a collective of its own). `core.job` makes the
 job's report of them.
-
-Pure logic: nothing here imports TensorFlow, Keras or JAX.
 """
 
 from __future__ import annotations
@@ -23,9 +21,8 @@ import time
 from keras_xla.core.report import REPORT_FILENAME, XLAReport
 
 WORKERS_DIR = "workers"
-# The chief waits at most this long at the end of its training for the
-# other workers' final reports (the job's workers end together; a
-# bounded wait is all it costs).
+# The chief's longest wait, at its training's end, for the others' final
+# reports (the job's workers end together: a bounded wait is all it costs).
 GATHER_SECONDS = 30.0
 # It looks again after FIRST_POLL_SECONDS, each pause twice the last up
 # to POLL_SECONDS: the workers end together, so the others' final
