@@ -316,11 +316,8 @@ def verdict_lines(verdict: Verdict | None) -> list[str]:
     lines = [f"Verdict: {verdict.headline}"]
     if verdict.next_steps:
         step = verdict.next_steps[0]
-        cost = (
-            f" ({step['seconds']:.2f} s in this run)"
-            if step["seconds"] is not None
-            else ""
-        )
+        seconds = step["seconds"]
+        cost = f" ({seconds:.2f} s in this run)" if seconds is not None else ""
         lines.append(f"Next: [{step['code']}]{cost} {step['fix']}")
     return lines
 
@@ -538,17 +535,13 @@ def profile_lines(profile) -> list[str]:
     if profile is None:
         return []
     start, stop = profile.steps
-    tuner = profile.tuner_compilations
-    agree = (
-        "agrees"
-        if tuner == profile.profiler_compilations
-        else "DIFFERS from the tuner's count"
-    )
+    tuner, seen = profile.tuner_compilations, profile.profiler_compilations
+    agree = "agrees" if tuner == seen else "DIFFERS from the tuner's count"
     return [
         "",
         f"Profile of train steps {start}-{stop} ({profile.directory})",
-        f"  the profiler saw {profile.profiler_compilations} XLA "
-        f"compilations, the tuner {tuner}: {agree}",
+        f"  the profiler saw {seen} XLA compilations, the tuner {tuner}: "
+        f"{agree}",
     ]
 
 
