@@ -88,11 +88,9 @@ class EventWriter:
         )
         if self._writer is None:
             self._writer = EventFile(self.run_dir)
-        self._writer.add_event(
-            event_pb2.Event(
-                wall_time=time.time(), step=int(step), summary=summary
-            )
-        )
+        event = event_pb2.Event(step=int(step), summary=summary)
+        event.wall_time = time.time()
+        self._writer.add_event(event)
 
     @staticmethod
     def _metadata(plugin: str) -> Any:
