@@ -182,11 +182,9 @@ class Decision(Section):
         where = where or "decision"
         decision = super().from_dict(data, skipped, where)
         if decision is not None:
+            rows = decision.candidates
             decision.candidates = reading.read_rows(
-                CandidateResult,
-                decision.candidates,
-                f"{where}.candidates",
-                skipped,
+                CandidateResult, rows, f"{where}.candidates", skipped
             )
         return decision
 
