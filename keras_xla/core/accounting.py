@@ -40,9 +40,8 @@ from keras_xla.core.timing import (
 def detect_compilations(
     function: str, records: list[StepRecord], tracker: SignatureTracker
 ) -> list[StepRecord]:
-    """Marks in `records` each step signature `tracker` has not seen for
-    `function` (`record.new`), with the signatures compiled before it
-    (`record.previous`); returns the records."""
+    """Marks in `records` the signatures `tracker` had not seen for
+    `function` (`new`, and their `previous`); returns the records."""
     for record in records:
         for j, step in enumerate(record.signatures):
             for r, sig in enumerate(step):
@@ -264,7 +263,20 @@ class Accountant:
 
     def _explain(self, function, step, previous, sig, last, seconds):
         change, changes = explain(previous, sig, last)
-        fix, message = both_causes(change, function, changes)
+        # The message and fix name every other cause of the step too (a
+        # short last batch whose padded length was new): removing one
+        # cause alone would not have avoided the compile.
+        message, fix = describe(change, function, changes), fix_for(change)
+        others = {}
+        for other in primary_changes(changes):
+            if other.cause != change.cause:
+                others.setdefault(other.cause, other)
+        for other in others.values():
+            said = describe(other, function, changes)
+            message += f" Also {said.removeprefix(f'{function}: ')}"
+            fix += f" And: {fix_for(other)}"
+        if others:
+            message += " Either change alone compiles the step again: fix both."
         self.report.recompilations.append(
             Recompilation(
                 function=function,
@@ -292,22 +304,3 @@ class Accountant:
                 (function, other.input, other.dim),
                 seconds if primary else 0.0,
             )
-
-
-def both_causes(change, function: str, changes) -> tuple[str, str]:
-    """`(fix, message)` of one recompilation: its primary change, and
-    every other cause of the same step (a short last batch whose padded
-    length was new too) with its fix: removing one cause alone would
-    not have avoided the compile."""
-    message, fix = describe(change, function, changes), fix_for(change)
-    others = {}
-    for other in primary_changes(changes):
-        if other.cause != change.cause:
-            others.setdefault(other.cause, other)
-    for other in others.values():
-        said = describe(other, function, changes).removeprefix(f"{function}: ")
-        message += f" Also {said}"
-        fix += f" And: {fix_for(other)}"
-    if others:
-        message += " Either change alone compiles the step again: fix both."
-    return fix, message

@@ -117,12 +117,11 @@ def build(
     """The job's report from its workers' reports (by index); `count`
     workers were expected."""
     rows = [row_of(reports[i], i) for i in sorted(reports)]
-    missing = [i for i in range(count) if i not in reports]
     found = job_findings(reports, rows, count)
     return JobReport(
         count=count,
         workers=rows,
-        missing=missing,
+        missing=[i for i in range(count) if i not in reports],
         findings=found,
         verdict=_verdict(rows, found, count),
         job=job,

@@ -112,16 +112,14 @@ class StepTimer:
 
     @property
     def in_call(self) -> bool:
-        """Whether a call has begun and not yet ended."""
         return self._open is not None
 
     def begin(
         self, function: str, batch: int, now: float
     ) -> tuple[str, int] | None:
-        """A call of `function` starting at step `batch`; `now` is the
-        perf_counter read at the very start of the hook (it ends the open
-        call). Returns `(function, next step)` when that function's
-        pending calls must be flushed now, else None."""
+        """A call of `function` starting at step `batch`; `now`, the
+        perf_counter read at the very start of the hook, ends the open
+        call (`close`, whose answer it returns)."""
         full = self.close(now)
         start = time.perf_counter()
         call = _Call(function, batch, start, start - now)

@@ -75,8 +75,7 @@ class StepRecord:
 
 
 def ms(seconds: float | None) -> float | None:
-    """Seconds as milliseconds, rounded by the figures' one rule
-    (`figures.rounded`; None stays None)."""
+    """Seconds as milliseconds, rounded (`figures.rounded`; None stays)."""
     return None if seconds is None else rounded(seconds * 1000.0)
 
 
@@ -120,10 +119,9 @@ class RunStatistics:
     )
 
     def per_step(self, field: str, q: float = 50) -> float | None:
-        """The `q`th percentile (the median by default) of a record
-        `field` (seconds of the call: `dispatch_seconds`, `input_seconds`,
-        `own_seconds`) per step, over the pooled records that measured
-        it; None where none did."""
+        """The `q`th percentile per step of a record `field` (seconds of
+        the call: `dispatch_seconds`, `input_seconds`, `own_seconds`), over
+        the pooled records that measured it; None where none did."""
         if (field, q) not in self._found:
             values = [
                 value / max(r.steps, 1)
@@ -138,14 +136,11 @@ def run_statistics(
     records: Sequence[StepRecord], fallback_median: float | None = None
 ) -> RunStatistics:
     """Median and p90 per-step time over the steps that did not compile,
-    trace or warm up.
-
-    Where every step did, the p90 is over all steps and the median is
-    `fallback_median` (an earlier epoch's), else unknown (None): a median
-    of compiling steps is not a step's time, and compile estimates
-    against it would come out near zero (a run whose every step compiled
-    a new shape).
-    """
+    trace or warm up; where every step did, the p90 is over all steps and
+    the median is `fallback_median` (an earlier epoch's), else unknown
+    (None): a median of compiling steps is not a step's time, and compile
+    estimates against it would come out near zero (a run whose every step
+    compiled a new shape)."""
     steady = [
         r
         for r in records
@@ -218,10 +213,8 @@ def attach_steps(
     A call ran as many steps as the next call's first step says (after
     the last record, `next_step`), else the rest."""
     position = 0
-    for i, record in enumerate(records):
-        following = (
-            records[i + 1].first_step if i + 1 < len(records) else next_step
-        )
+    firsts = [r.first_step for r in records[1:]] + [next_step]
+    for record, following in zip(records, firsts):
         count = (
             following - record.first_step
             if following is not None and following > record.first_step

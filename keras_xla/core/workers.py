@@ -83,14 +83,11 @@ def read_workers(log_dir: str) -> dict[int, XLAReport]:
     cannot be read are left out: their worker counts as missing)."""
     root = os.path.join(log_dir, WORKERS_DIR)
     found: dict[int, XLAReport] = {}
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return found
-    for name in [n for n in names if n.isdigit()]:
-        path = os.path.join(root, name, REPORT_FILENAME)
-        with contextlib.suppress(OSError, ValueError):
-            found[int(name)] = XLAReport.load(path)
+    with contextlib.suppress(OSError):  # no workers' folder: none
+        for name in [n for n in os.listdir(root) if n.isdigit()]:
+            path = os.path.join(root, name, REPORT_FILENAME)
+            with contextlib.suppress(OSError, ValueError):
+                found[int(name)] = XLAReport.load(path)
     return found
 
 
