@@ -34,7 +34,6 @@ from keras_xla.core import verdict as verdicts
 from keras_xla.core.report import XLAReport
 
 AXES = {"backend": ("tensorflow", "jax"), "jit": ("on", "off", "auto")}
-JIT_FLAG = {"on": "true", "off": "false", "auto": "auto"}
 BACKEND_NAMES = {"tensorflow": "TensorFlow", "jax": "JAX"}
 JIT_NAMES = {"on": "with XLA", "off": "without XLA", "auto": "XLA auto"}
 COMPARE_FILENAME = "xla_compare.json"
@@ -117,7 +116,7 @@ def command(
     out = [sys.executable, "-m", "keras_xla", "run", *passed]
     out += ["--log-dir", os.path.join(log_dir, config.slug)]
     out += ["--result", "{result}"]
-    out += ["--jit-compile", JIT_FLAG.get(config.jit, jit)]
+    out += ["--jit-compile", config.jit or jit]  # on/off: the flag's words
     return out + script
 
 
