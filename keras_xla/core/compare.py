@@ -27,8 +27,7 @@ COMPARED = (
 
 
 def run_totals(report: XLAReport) -> dict[str, float | None]:
-    """Per-run totals: each compared figure summed or the median over
-    epochs (`Figure.over`)."""
+    """Per-run totals: each compared figure over the epochs (`Figure.over`)."""
     epochs = report.epochs
     totals = {"epochs": len(epochs), "steps": sum(e.steps for e in epochs)}
     for f in figures.COMPARED:

@@ -230,10 +230,9 @@ def clusters_line(clustering) -> str:
         function, _, cluster = name.partition("/")
         by_function.setdefault(function, []).append(cluster)
     listed = "; ".join(f"{f}: {', '.join(c)}" for f, c in by_function.items())
-    compiles = sum(clustering.clusters.values())
     text = (
         f"Auto-clustering compiled {len(clustering.clusters)} cluster(s) "
-        f"({listed}) in {compiles} compilation(s)"
+        f"({listed}) in {sum(clustering.clusters.values())} compilation(s)"
     )
     share = clustering.share
     if share is not None:
