@@ -185,10 +185,9 @@ def row(
     """A configuration's row from its rounds' results. Every round whose
     fits completed counts, whatever the script's exit code: fit seconds
     and step time are medians over them, the step's range spans all of
-    theirs, so that it holds that median (the rest is the last one's).
-    Where no round completed a fit, the row says why (`failure`).
-    `default`: the configuration is the one the script's default ran
-    as."""
+    theirs (the rest is the last one's). Where no round completed a fit,
+    the row says why (`failure`). `default`: the script's default ran as
+    this configuration."""
     trained = [r for r in results if completed(r["fits"])]
     out: dict[str, Any] = {
         "configuration": config.label,

@@ -251,9 +251,8 @@ def epoch_table(report: XLAReport) -> dict:
 
 
 def run_view(run: str, report: XLAReport, step_times: list) -> dict:
-    """Everything the tab shows for one run: the verdict, the epochs,
-    the step-time series (`[[global step, ms], ...]`) with a marker per
-    compilation, the recompilations, the findings and the XLA figures."""
+    """Everything the tab shows for one run; its step-time `series` is
+    `[[global step, ms], ...]`."""
     data = report.to_dict()
     return json_safe(
         {
