@@ -282,15 +282,12 @@ class Accountant:
                 function=function,
                 epoch=self.epoch,
                 step=step,
-                input=change.input,
-                dim=change.dim,
-                before=change.before,
-                after=change.after,
-                cause=change.cause,
                 compile_seconds=figures.rounded(seconds),
                 message=f"{message} Recompiled in {seconds:.2f} s.",
                 fix=fix,
                 changes=[dataclasses.asdict(c) for c in changes],
+                # Its input, dim, before, after and cause.
+                **dataclasses.asdict(change),
             )
         )
         # The primary change carries the cost; every other cause of the

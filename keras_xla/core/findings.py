@@ -216,33 +216,28 @@ class FindingBook:
         compile_seconds: float = 0.0,
     ) -> Finding:
         """Records a finding of `code` (one of `CODES`): what happened,
-        where, at what cost (`message`) and what to change (`fix`). Counts
-        it again when its code and `place` were seen before (the message
-        then names the count and the compile seconds of recompilation
-        causes); warns the first time only. `place` tells this cause from
-        another of the same code: `(function, input, dim)`, a layer, a
-        flag (`()`: one finding per code)."""
+        where, at what cost (`message`) and what to change (`fix`); warns
+        the first time only. Counts it again when its code and `place` (a
+        cause's place: `(function, input, dim)`, a layer, a flag; `()`:
+        one per code) were seen before, the message then naming the count
+        and compile seconds of recompilation causes."""
         key = (code, *place)
+        recompiling = code in RECOMPILATION_CODES
         finding = self._by_key.get(key)
         if finding is None:
             finding = Finding(code, severity(code), message, fix, 0, 0.0)
             self._by_key[key] = finding
             self.findings.append(finding)
-            category = (
-                XLARecompilationWarning
-                if code in RECOMPILATION_CODES
-                else UserWarning
-            )
             warnings.warn(
                 f"[{code}] {message} Fix: {fix}",
-                category,
+                XLARecompilationWarning if recompiling else UserWarning,
                 stacklevel=user_stacklevel(),
             )
         finding.count += 1
         finding.compile_seconds = round(
             finding.compile_seconds + compile_seconds, 4
         )
-        if code in RECOMPILATION_CODES and finding.count > 1:
+        if recompiling and finding.count > 1:
             finding.message = (
                 f"{message} Seen {finding.count} times, "
                 f"{finding.compile_seconds:.2f} s of compiling."

@@ -1,6 +1,5 @@
-"""What only a job shows: the findings of its workers' reports together.
-
-Each is a finding with the worker named (`dict`s of the job's report):
+"""What only a job shows: the findings of its workers' reports together,
+each naming its worker (`dict`s of the job's report):
 
 - `worker-missing`: a worker whose report never came, or whose last one
   is not its final one (it died, its log dir is not shared, or it is
@@ -188,10 +187,7 @@ def _programs_differ(reports: dict[int, XLAReport]) -> Iterator[dict]:
             if not c.fingerprint:
                 continue
             key = (c.function, c.epoch, c.step, c.replica)
-            if key not in first:
-                first[key] = (index, c)
-                continue
-            other, theirs = first[key]
+            other, theirs = first.setdefault(key, (index, c))  # or this one
             if theirs.fingerprint == c.fingerprint:
                 continue
             difference = _first_difference(reports, {other: theirs, index: c})

@@ -99,12 +99,9 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 @dataclasses.dataclass
 class RunStatistics:
-    """Robust statistics of one function's steps in one epoch or run.
-
-    `pool` holds the records the per-step statistics are over (the steady
-    ones, else all). A figure measured from the run (`core.figures`)
-    reads these fields, or any record field's statistics per step.
-    """
+    """Robust statistics of one function's steps in one epoch or run, as
+    a figure measured from the run (`core.figures`) reads them; `pool`
+    holds the records the per-step statistics are over."""
 
     steps: int
     median_seconds: float | None
@@ -192,12 +189,10 @@ def steady_signature(records: Sequence[StepRecord]):
     signatures."""
     steady = [step[0] for r in records if not r.new for step in r.signatures]
     pool = steady or [step[0] for r in records for step in r.signatures]
-    if not pool:
-        return None
     counts: dict = {}
     for position, sig in enumerate(pool):
         counts[sig] = (counts.get(sig, (0, 0))[0] + 1, position)
-    return max(counts, key=counts.get)
+    return max(counts, key=counts.get, default=None)
 
 
 def attach_steps(

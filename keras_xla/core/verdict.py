@@ -104,11 +104,10 @@ def against_run(
     no_xla_steps: int,
     xla_step_ms: float | None,
 ) -> XLAReport:
-    """`report` with a no-XLA run of the same model, timed apart (a
-    script's own no-XLA run, a comparison's no-XLA configuration), as
-    its baseline, and the verdict built on it. Where every XLA step
-    compiled (`xla_step_ms` None), the no-XLA step still bounds what XLA
-    could have saved."""
+    """`report` with a no-XLA run of the same model timed apart (a
+    script's own, a comparison's) as its baseline, and its verdict. Where
+    every XLA step compiled (`xla_step_ms` None), the no-XLA step still
+    bounds what XLA could have saved."""
     measured = dataclasses.replace(
         report,
         baseline=BaselineSection(
