@@ -219,9 +219,8 @@ def _first_difference(
     (i, a), (j, b) = sorted(compiled.items())
 
     def differs(what: str, mine, theirs) -> str | None:
-        if mine == theirs:
-            return None
-        return f"{what} is {mine} on worker {i} and {theirs} on worker {j}"
+        if mine != theirs:
+            return f"{what} is {mine} on worker {i} and {theirs} on worker {j}"
 
     dtypes_a, dtypes_b = a.dtypes or {}, b.dtypes or {}
     for path in list(a.shapes) + [p for p in b.shapes if p not in a.shapes]:

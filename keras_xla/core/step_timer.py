@@ -65,10 +65,8 @@ class _Call:
     closed: float | None = None
     completed: float | None = None
     next_begin: float | None = None  # closed by the next call's begin
-    # Whether the call's results exist yet, asked without waiting; and
-    # when a waiting flush first saw them exist.
-    ready: Callable[[], bool] | None = None
-    seen_ready: float | None = None
+    ready: Callable[[], bool] | None = None  # do its results exist yet?
+    seen_ready: float | None = None  # when a waiting flush first saw them
     input: float | None = None  # waiting for its batches, where seen
 
 
@@ -205,7 +203,15 @@ class StepTimer:
         `wait`, after those that returned have completed (`_wait`)."""
         if wait:
             self._wait(function)
-        self._bound_completions()
+        # A later call's completion bounds an earlier one's (the device
+        # finishes calls in order; a worker thread's stamp can be late).
+        bound = None
+        for call in reversed(self._calls):
+            if call.completed is None:
+                continue
+            if bound is not None and call.completed > bound:
+                call.completed = max(bound, call.returned or call.start)
+            bound = call.completed
         records, kept = [], []
         previous = self._last_completion
         for call in self._calls:
@@ -253,17 +259,6 @@ class StepTimer:
             warmup=unknown,
             input_seconds=call.input,
         )
-
-    def _bound_completions(self) -> None:
-        """A later call's completion bounds an earlier one's (the device
-        finishes calls in order; a worker thread's stamp can be late)."""
-        bound = None
-        for call in reversed(self._calls):
-            if call.completed is None:
-                continue
-            if bound is not None and call.completed > bound:
-                call.completed = max(bound, call.returned or call.start)
-            bound = call.completed
 
     def _waiting(self, function: str) -> bool:
         """Whether a closed call of `function` that returned has no

@@ -227,10 +227,8 @@ def attach_steps(
 def attach_waits(
     records: list[StepRecord], waits: Sequence[float | None]
 ) -> list[StepRecord]:
-    """Gives each of `records` (their signatures attached, in order) the
-    wait for its batches: `waits` holds one value (seconds, or None where
-    it was not seen) per step, in the order of the records' steps. A call
-    gets the sum of its steps' waits where every one was seen."""
+    """Gives each of `records` (signatures attached) the sum of its steps'
+    `waits` (one per step, in order; None where unseen) where all were seen."""
     position = 0
     for record in records:
         count = len(record.signatures)

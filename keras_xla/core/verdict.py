@@ -49,8 +49,7 @@ def build(report: XLAReport) -> Verdict:
     speedup, break_even, paid_back = payback(base, xla, compile_s, steps)
     low, high = speedup_range(report) if speedup is not None else (None,) * 2
     if within_noise(low, high):
-        # Within the noise: it paid off only if even the range's top
-        # could not have paid back, it did not; else nobody knows.
+        # In the noise: not paid back if even its top would not; else unknown.
         best = best_case_break_even(base, high, compile_s)
         paid_back = False if best is None or best > steps else None
     # The most the run could save, even with an XLA step of no time.
@@ -350,10 +349,9 @@ def next_steps(
         )
         entry["seconds"] = round(entry["seconds"] + r.compile_seconds, 3)
     if base and xla and xla > base:
-        lost = (xla - base) / 1000.0 * steps
         out[XLA_SLOWER] = {
             "code": XLA_SLOWER,
-            "seconds": round(lost + compile_s, 3),
+            "seconds": round((xla - base) / 1000.0 * steps + compile_s, 3),
             "fix": "Train without XLA (jit_compile=False): the step is "
             f"faster without it here ({base:.2f} vs {xla:.2f} ms).",
         }
