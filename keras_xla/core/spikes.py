@@ -48,9 +48,7 @@ def label(
             or record.other_compilations
         ):
             kind = COMPILE
-        elif record.input_seconds is not None and (
-            record.input_seconds >= excess / 2
-        ):
+        elif (record.input_seconds or 0.0) >= excess / 2:  # None: unseen
             kind = INPUT
         elif record.warmup or record.first_step == 0:
             # An epoch's first call: its iterator starts, its prefetch fills.

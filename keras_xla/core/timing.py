@@ -1,10 +1,9 @@
 """Step records, robust statistics and the compile-time estimate.
 
 A step that runs on a new signature pays XLA's compile time on top of its
-run time. With no Python reader for TensorFlow's compile counters, the
-compile time is estimated as the step's excess over the steady-state median
-of the same function in the same epoch, less the time spent tracing the step
-in Python (measured by the probe while the step was being traced).
+run time. With no Python reader for TensorFlow's compile counters, it is
+estimated as the step's excess over the function's steady median in the
+epoch, less its Python tracing (as the probe measured it).
 """
 
 from __future__ import annotations

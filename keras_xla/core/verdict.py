@@ -355,18 +355,15 @@ def next_steps(
             "fix": "Train without XLA (jit_compile=False): the step is "
             f"faster without it here ({base:.2f} vs {xla:.2f} ms).",
         }
-    elif base and xla:
-        saved = (base - xla) / 1000.0 * steps
-        if saved < compile_s:
-            out[COMPILE_NOT_PAID_BACK] = {
-                "code": COMPILE_NOT_PAID_BACK,
-                "seconds": round(compile_s - saved, 3),
-                "fix": "Train longer, or keep compiled steps across runs "
-                "with XLATuner(compile_cache=DIR), or train without XLA "
-                "for runs this short.",
-            }
+    elif base and xla and (saved := (base - xla) / 1000.0 * steps) < compile_s:
+        out[COMPILE_NOT_PAID_BACK] = {
+            "code": COMPILE_NOT_PAID_BACK,
+            "seconds": round(compile_s - saved, 3),
+            "fix": "Train longer, or keep compiled steps across runs with "
+            "XLATuner(compile_cache=DIR), or train without XLA for runs this "
+            "short.",
+        }
     if wait_ms and codes.INPUT_BOUND in fixes:
-        # The seconds the steps waited for their batches.
         out[codes.INPUT_BOUND] = {
             "code": codes.INPUT_BOUND,
             "seconds": round(wait_ms / 1000.0 * steps, 3),
