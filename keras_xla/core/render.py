@@ -113,9 +113,8 @@ def epoch_row(e: EpochStats, shown: Sequence) -> tuple[str, ...]:
 
 
 def epoch_table(report: XLAReport, totals: bool = False) -> list[str]:
-    """One row per epoch of its figures (`core.figures.columns`); with
-    `totals`, a last row of run totals (the figures that add up over
-    epochs)."""
+    """One row per epoch of its figures; with `totals`, a last row of run
+    totals (the figures that add up over epochs)."""
     epochs = report.epochs
     shown = figures.columns(epochs)
     header = ("epoch", "steps", *(f.column for f in shown))
