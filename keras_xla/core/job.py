@@ -182,9 +182,8 @@ def _verdict(rows: list[WorkerRow], found: list[dict], count: int) -> dict:
 def chief_report(
     job_dir: str, worker: workers.Worker, own: XLAReport
 ) -> JobReport:
-    """The job's report, as the chief makes it at its fit's end: every
-    worker's report under `job_dir` (a bounded wait for them; `own` is
-    the chief's), built and written beside them."""
+    """The job's report as the chief makes it at its fit's end, from every
+    worker's report under `job_dir` (`gather`), written beside them."""
     reports = workers.gather(job_dir, worker.count, own=own)
     job = build(reports, worker.count, worker.job)
     job.write(job_dir)

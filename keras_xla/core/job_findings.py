@@ -180,7 +180,7 @@ def _cause(report: XLAReport, function: str, shapes: dict) -> tuple[str, str]:
 
 
 def _programs_differ(reports: dict[int, XLAReport]) -> Iterator[dict]:
-    """Against the first worker that compiled the same step."""
+    """Compilations whose program differs from the first worker's there."""
     first: dict[tuple, tuple[int, object]] = {}
     for index in sorted(reports):
         for c in reports[index].compile_log:

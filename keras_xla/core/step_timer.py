@@ -262,8 +262,8 @@ class StepTimer:
 
     def _waiting(self, function: str) -> bool:
         """Whether a closed call of `function` that returned has no
-        completion yet (see `READY_GRACE_SECONDS`: a callback before the
-        tuner's may have raised on Keras's thread, and Keras says so)."""
+        completion yet; one seen ready `READY_GRACE_SECONDS` ago completed
+        when first seen (a callback before the tuner's may have raised)."""
         now = None
         waiting = False
         for call in self._calls:

@@ -49,7 +49,8 @@ def build(report: XLAReport) -> Verdict:
     speedup, break_even, paid_back = payback(base, xla, compile_s, steps)
     low, high = speedup_range(report) if speedup is not None else (None,) * 2
     if within_noise(low, high):
-        # In the noise: not paid back if even its top would not; else unknown.
+        # In the noise: not paid back if even the range's top would not pay
+        # back; else unknown.
         best = best_case_break_even(base, high, compile_s)
         paid_back = False if best is None or best > steps else None
     # The most the run could save, even with an XLA step of no time.
