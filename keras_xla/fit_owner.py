@@ -34,10 +34,10 @@ from keras_xla.auto.model_state import ModelState
 from keras_xla.auto.policy import AUTO, Candidate, Status
 from keras_xla.auto.runner import Decided, Measured, Next, TrialRunner
 from keras_xla.core import (
+    figures,
     files,
     lints,
     render,
-    summaries,
     workers,
 )
 from keras_xla.core import findings as codes
@@ -550,7 +550,7 @@ class FitOwner:
             )
         self.outputs.safely("the verdict", self._judge)
         self.outputs.write(stats, records)
-        return summaries.epoch_scalars(stats, self.report.hlo)
+        return figures.scalars(stats, self.report.hlo)
 
     def _apply(self, check: Callable, stats: Any, records: list) -> None:
         for code, message, fix in check(stats, records):

@@ -113,7 +113,7 @@ def test_the_one_rounding_rule():
 
 def test_the_scalars_are_the_registered_tags_with_their_values():
     stats = epoch(0)
-    scalars = summaries.epoch_scalars(stats, HLO)
+    scalars = figures.scalars(stats, HLO)
     assert set(scalars) == {f.tag for f in figures.FIGURES if f.tag}
     assert scalars["xla/compilations"] == 2
     assert scalars["xla/step_time_ms_median"] == 20.0
@@ -133,7 +133,7 @@ def test_the_scalars_are_the_registered_tags_with_their_values():
         compile_cache_hits=None,
         compile_cache_misses=None,
     )
-    assert set(summaries.epoch_scalars(bare)) == set(summaries.SCALAR_TAGS)
+    assert set(figures.scalars(bare)) == set(summaries.SCALAR_TAGS)
 
 
 def test_every_tag_is_in_exactly_one_group_summaries_writes():

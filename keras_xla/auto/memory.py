@@ -124,4 +124,4 @@ def directory(cache_status: Any) -> str:
     keras_xla cache."""
     if cache_status is not None and cache_status.active:
         return cache_status.directory
-    return hardware.cache_directory()
+    return cache_home.directory()

@@ -14,8 +14,6 @@ import dataclasses
 import os
 from collections.abc import Iterable
 
-from keras_xla.core import cache_home
-
 # CPU flags (as in /proc/cpuinfo) of native bfloat16 dot products.
 BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 PROC_CPUINFO = "/proc/cpuinfo"
@@ -75,9 +73,3 @@ def resolve_cpu_flags(flags: Iterable[str] | None) -> frozenset[str]:
     if flags is None:
         return cpu_flags()
     return frozenset(flag.lower() for flag in flags)
-
-
-def cache_directory() -> str:
-    """Where keras_xla keeps what it measured on this machine
-    (`cache_home.directory`)."""
-    return cache_home.directory()

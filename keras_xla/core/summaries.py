@@ -51,12 +51,6 @@ REPORT_CONTENT = b"keras_xla.report/1"
 TRAIN_RUN = "train"
 
 
-def epoch_scalars(stats, hlo: dict | None = None) -> dict[str, float]:
-    """The scalars of one epoch (`figures.scalars`); they also go into
-    Keras's `logs`."""
-    return figures.scalars(stats, hlo)
-
-
 class EventWriter:
     """A lazily created event writer for the tuner's summaries.
 
@@ -175,7 +169,7 @@ def write_epoch(
 ) -> None:
     """One epoch's summaries (the decision's when the trial just
     `decided`), then the report's JSON for the "XLA" tab; then flushes."""
-    writer.write_scalars(stats.epoch, epoch_scalars(stats, report.hlo))
+    writer.write_scalars(stats.epoch, figures.scalars(stats, report.hlo))
     writer.write_step_times(
         (first_step + r.first_step, r.seconds_per_step * 1000.0)
         for r in records
