@@ -79,6 +79,22 @@ def test_a_script_runs_as_python_would_with_the_report_of_a_hand_edit(
     assert ran.verdict.headline and edited.verdict.headline
 
 
+def test_a_script_with_its_own_tuner_runs_and_gets_its_verdict(tmp_path):
+    # The command adds no tuner to a fit that has one; the script's own
+    # tuner's log dir and verdict are the fit's.
+    own = tmp_path / "own"
+    done = keras_xla_run(
+        "--verbose", "0", script("fit_numpy.py"), "1", "--hand", str(own),
+        cwd=str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"keras-xla run: fit-1 ({own}), the script's own tuner: " in (
+        done.stderr
+    )
+    assert XLAReport.load(str(own)).verdict.headline
+    assert not (tmp_path / "fit_numpy").exists()  # no second tuner
+
+
 def test_a_script_keeps_its_own_backend_in_an_install_without_tensorflow(
     tmp_path,
 ):
