@@ -128,14 +128,7 @@ class FitOwner:
         # to have compiled). A storm it found is acted on once, at the
         # next train step (then it is the report's).
         self.storms = (
-            StormResponse(
-                settings,
-                model,
-                self.report,
-                self.book,
-                self.adapter,
-                self.worker.count if self.worker else 1,
-            )
+            StormResponse(self.adapter, self.worker.count if self.worker else 1)
             if settings.max_recompilations
             else None
         )

@@ -30,28 +30,18 @@ class StormResponse:
     """The recompilation guard over one fit's train calls.
 
     Args:
-        settings: The fit's checked settings (`keras_xla.settings`).
-        model: The model being fit.
-        report: The fit's report; its `guard` is the storm, once found.
-        book: The fit's findings.
-        adapter: The backend's `FitAdapter` (it switches shapes, reads
-            programs, puts step functions).
+        adapter: The backend's `FitAdapter`: the fit's settings, model,
+            report and findings, and what the response asks of the
+            backend (switch shapes, read programs, put step functions).
         workers: How many workers train the fit (per shape and buckets
             need one).
     """
 
-    def __init__(
-        self,
-        settings: Any,
-        model: Any,
-        report: Any,
-        book: Any,
-        adapter: Any,
-        workers: int,
-    ) -> None:
-        self.settings, self.model, self.workers = settings, model, workers
-        self.report, self.book, self.adapter = report, book, adapter
-        self.guard = guard_lib.RecompileGuard(settings.max_recompilations)
+    def __init__(self, adapter: Any, workers: int) -> None:
+        self.settings, self.model = adapter.settings, adapter.model
+        self.report, self.book = adapter.report, adapter.book
+        self.adapter, self.workers = adapter, workers
+        self.guard = guard_lib.RecompileGuard(self.settings.max_recompilations)
         self.seen = 0  # the epoch's train records the guard has seen
         # After a fallback: the shapes it ran without XLA that XLA had
         # not compiled (each a compilation avoided).
