@@ -38,10 +38,10 @@ class StormResponse:
     """
 
     def __init__(self, adapter: Any, workers: int) -> None:
-        self.settings, self.model = adapter.settings, adapter.model
-        self.report, self.book = adapter.report, adapter.book
         self.adapter, self.workers = adapter, workers
-        self.guard = guard_lib.RecompileGuard(self.settings.max_recompilations)
+        self.report, self.book = adapter.report, adapter.book
+        budget = adapter.settings.max_recompilations
+        self.guard = guard_lib.RecompileGuard(budget)
         self.seen = 0  # the epoch's train records the guard has seen
         # After a fallback: the shapes it ran without XLA that XLA had
         # not compiled (each a compilation avoided).
@@ -87,7 +87,10 @@ class StormResponse:
         step `batch` is next, `remaining` calls are left (None: unknown),
         each of `per_call` batches: `on_recompile_storm` says what to do.
         Returns the error to raise (`raise`), else None."""
-        storm, asked = self.guard.storm, self.settings.on_recompile_storm
+        storm, asked = (
+            self.guard.storm,
+            self.adapter.settings.on_recompile_storm,
+        )
         action, switch, instead = asked, None, ""
         if action == "bucket" and self.workers == 1:
             bucket = self._bucket_plan(storm, records, remaining, epoch)
@@ -120,7 +123,7 @@ class StormResponse:
         if storm.action == "fallback":
             # The model's step functions without XLA (of its precision,
             # built once per model): no step is lost, nothing compiles.
-            xla_setting.set_xla(self.model, False)
+            xla_setting.set_xla(self.adapter.model, False)
             self.adapter.put(None)
         if storm.action in guard_lib.ACTING and self.report.jit is not None:
             # Per shape and bucketed XLA stays on.
@@ -170,7 +173,7 @@ class StormResponse:
         that says why, where padding could change the result."""
         last = records[-1].signatures if records else []
         signature = last[-1][0] if last else None
-        plan, why = bucket_check.plan(self.model, signature, storm)
+        plan, why = bucket_check.plan(self.adapter.model, signature, storm)
         if plan is None:
             self._refuse_bucket(storm, why)
             return None

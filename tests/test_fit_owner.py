@@ -267,7 +267,7 @@ def test_bucket_refuses_a_model_that_does_not_mask_its_padding():
     )
     model.compile("sgd", "mse")
     fit = owner(on_recompile_storm="bucket")
-    fit.model = fit.storms.model = fit.adapter.model = model
+    fit.model = fit.adapter.model = model
     asked = []
     fit.adapter.switch_shapes = lambda bucket=None: asked.append(bucket)
     storm = GuardSection(
