@@ -94,15 +94,17 @@ def read_workers(log_dir: str) -> dict[int, XLAReport]:
 def gather(
     log_dir: str,
     count: int,
-    wait_seconds: float = GATHER_SECONDS,
+    wait_seconds: float | None = None,
     clock=time.monotonic,
     sleep=time.sleep,
     own: XLAReport | None = None,
 ) -> dict[int, XLAReport]:
     """The workers' reports under `log_dir`, waiting up to
-    `wait_seconds` for each of the `count` workers' final report; `own`,
-    the gathering worker's report, is taken as it is."""
-    deadline = clock() + wait_seconds
+    `wait_seconds` (`GATHER_SECONDS`, read at the call) for each of the
+    `count` workers' final report; `own`, the gathering worker's report,
+    is taken as it is."""
+    wait = GATHER_SECONDS if wait_seconds is None else wait_seconds
+    deadline = clock() + wait
     mine = None if own is None else (own.worker or {}).get("index")
     pause = FIRST_POLL_SECONDS
     while True:
