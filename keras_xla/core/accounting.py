@@ -286,12 +286,14 @@ class Accountant:
                 message=f"{message} Recompiled in {seconds:.2f} s.",
                 fix=fix,
                 changes=[dataclasses.asdict(c) for c in changes],
-                # Its input, dim, before, after and cause.
-                **dataclasses.asdict(change),
+                input=change.input,
+                dim=change.dim,
+                before=change.before,
+                after=change.after,
+                cause=change.cause,
             )
         )
-        # The primary change carries the cost; every other cause of the
-        # step (a short last batch's new padded length) is named too.
+        # The primary change carries the cost.
         for other in primary_changes(changes):
             primary = other is change
             self.book.add(

@@ -107,7 +107,7 @@ def comparison(runs: Sequence[tuple[XLAReport, str]], labels=None) -> str:
     for key, label, _, digits in COMPARED:
         row = result["rows"][key]
         cells = [
-            number(v, digits) if digits is not None or v is None else str(v)
+            str(v) if digits is None and v is not None else number(v, digits)
             for v in row["values"]
         ]
         table.append((label, *cells, number(row["ratio"]), row["better"] or ""))

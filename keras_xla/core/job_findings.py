@@ -187,7 +187,8 @@ def _programs_differ(reports: dict[int, XLAReport]) -> Iterator[dict]:
             if not c.fingerprint:
                 continue
             key = (c.function, c.epoch, c.step, c.replica)
-            other, theirs = first.setdefault(key, (index, c))  # or this one
+            # The first worker's compilation of this step (this one if none).
+            other, theirs = first.setdefault(key, (index, c))
             if theirs.fingerprint == c.fingerprint:
                 continue
             difference = _first_difference(reports, {other: theirs, index: c})

@@ -48,10 +48,11 @@ def label(
             or record.other_compilations
         ):
             kind = COMPILE
-        elif (record.input_seconds or 0.0) >= excess / 2:  # None: unseen
+        elif (record.input_seconds or 0.0) >= excess / 2:  # None: not seen
             kind = INPUT
         elif record.warmup or record.first_step == 0:
-            # An epoch's first call: its iterator starts, its prefetch fills.
+            # A function's first call, a baseline's no-XLA call, or an
+            # epoch's first call (its iterator starts, its prefetch fills).
             kind = WARMUP
         else:
             kind = UNEXPLAINED
