@@ -62,14 +62,17 @@ def unserved(backend: str | None = None) -> tuple[str, str] | None:
 def _part(part: str) -> Any:
     """The backend's `part` module: JAX's on JAX, TensorFlow's otherwise
     (a backend keras_xla does not serve finds its findings there)."""
-    package, _ = _PACKAGES[JAX if name() == JAX else TENSORFLOW]
-    return importlib.import_module(f"{package}.{part}")
+    return importlib.import_module(f"{_package()[0]}.{part}")
+
+
+def _package() -> tuple[str, str]:
+    """This backend's package and adapter class (`_PACKAGES`)."""
+    return _PACKAGES[JAX if name() == JAX else TENSORFLOW]
 
 
 def fit_adapter() -> type:
     """What one `fit` needs of this backend (`fit_adapter.FitAdapter`)."""
-    _, adapter = _PACKAGES[JAX if name() == JAX else TENSORFLOW]
-    return getattr(_part("fit_adapter"), adapter)
+    return getattr(_part("fit_adapter"), _package()[1])
 
 
 def worker(model: Any) -> Any:

@@ -24,6 +24,13 @@ from keras_xla.core.cache_directory import (
     untrusted_entry,
 )
 
+# JAX's cache settings, as the cache sets them and the doctor reads them.
+OPTIONS = (
+    "jax_compilation_cache_dir",
+    "jax_persistent_cache_min_compile_time_secs",
+    "jax_persistent_cache_min_entry_size_bytes",
+)
+
 
 def cache_entries(directory: str) -> dict[str, float]:
     """The cache's entry files and their modification times."""
@@ -85,9 +92,8 @@ def enable_compile_cache(
     import jax
     from jax.experimental.compilation_cache import compilation_cache
 
-    jax.config.update("jax_compilation_cache_dir", directory)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    for option, value in zip(OPTIONS, (directory, 0, 0)):
+        jax.config.update(option, value)
     # JAX decides once per process whether the cache is used; a cache
     # directory set after that decision needs it taken again.
     compilation_cache.reset_cache()

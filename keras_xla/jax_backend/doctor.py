@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from keras_xla.core import diagnosis_text
+from keras_xla.jax_backend import compile_cache
 from keras_xla.jax_backend.compile_events import CompileEvents
 
 DOCTOR_LABELS = {
@@ -67,11 +68,7 @@ def collect_diagnosis() -> dict[str, Any]:
         "XLA_FLAGS": os.environ.get("XLA_FLAGS"),
         "compile_cache": {
             name: getattr(jax.config, name, None)
-            for name in (
-                "jax_compilation_cache_dir",
-                "jax_persistent_cache_min_compile_time_secs",
-                "jax_persistent_cache_min_entry_size_bytes",
-            )
+            for name in compile_cache.OPTIONS
         },
     }
     problems = []
