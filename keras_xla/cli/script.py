@@ -221,8 +221,8 @@ def execute(
     except SystemExit as exit_:
         code = exit_code(exit_.code)
     except BaseException as raised:  # noqa: BLE001 - the script's own
+        print_script_error(raised, target, module)  # first: it cannot fail
         code, error = 1, f"{type(raised).__name__}: {raised}"
-        print_script_error(raised, target, module)
     finally:
         hook.uninstall()
         sys.argv = argv
